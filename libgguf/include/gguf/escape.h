@@ -1,0 +1,21 @@
+// Strings from a file are untrusted: these make them safe for terminals and JSON.
+#pragma once
+
+#include <string>
+#include <string_view>
+
+namespace gguf {
+
+// Printable ASCII and valid UTF-8 (except C1 controls and bidi overrides) pass through;
+// everything else becomes \n, \t, \\, \xNN or \u{NNNN}, so no control sequence from a file
+// reaches a terminal.
+std::string escape_for_terminal(std::string_view s);
+
+// Valid UTF-8 passes through unchanged; each byte of an invalid sequence becomes the six
+// characters "\xNN" so that the JSON document stays valid and no byte is lost silently.
+std::string utf8_or_escaped(std::string_view s);
+
+// True when s is well-formed UTF-8 (no overlongs, no surrogates, <= U+10FFFF).
+bool is_valid_utf8(std::string_view s);
+
+}  // namespace gguf

@@ -1,0 +1,51 @@
+// Test support: ggml's own library (libggml-base.so from the npm package
+// @node-llama-cpp/linux-x64@3.21.1), loaded with dlopen so tests can compare against it.
+// When it cannot be found, available() is false and conformance tests skip with reason().
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+namespace gguf::testing {
+
+class GgmlRef {
+ public:
+  // The process-wide instance; loads the library on first use.
+  static GgmlRef& get();
+
+  bool available() const { return handle_ != nullptr; }
+  const std::string& reason() const { return reason_; }
+  const std::string& path() const { return path_; }
+
+  // ggml_quantize_chunk(type, src, dst, start, nrows, n_per_row, imatrix); returns bytes.
+  size_t quantize_chunk(int type, const float* src, void* dst, int64_t start, int64_t nrows,
+                        int64_t n_per_row, const float* imatrix) const;
+  // dequantize_row_<name> / ggml_fp16_to_fp32_row / ggml_bf16_to_fp32_row; false if ggml has
+  // no row decoder for this type.
+  bool dequantize_row(int type, const void* src, float* dst, int64_t n) const;
+  // quantize_row_<name>_ref when exported (q8_1, q8_K, ...); false otherwise.
+  bool quantize_row_ref(int type, const float* src, void* dst, int64_t n) const;
+  bool requires_imatrix(int type) const;
+  const char* type_name(int type) const;
+  size_t type_size(int type) const;
+  int64_t blck_size(int type) const;
+
+  // Raw symbol lookup for tests that need more (e.g. the gguf_* reader API).
+  void* symbol(const char* name) const;
+
+ private:
+  GgmlRef();
+  void* handle_ = nullptr;
+  std::string path_, reason_;
+};
+
+// Skips the current GoogleTest when ggml is unavailable.
+#define GGUF_REQUIRE_GGML()                                                          \
+  do {                                                                               \
+    if (!::gguf::testing::GgmlRef::get().available())                                \
+      GTEST_SKIP() << "ggml reference library not available: "                       \
+                   << ::gguf::testing::GgmlRef::get().reason();                      \
+  } while (0)
+
+}  // namespace gguf::testing
