@@ -33,11 +33,24 @@ bool requires_importance(GgmlType t) {
 
 bool uses_importance(GgmlType t) {
   switch (t) {
-    case GgmlType::Q4_0: case GgmlType::Q4_1: case GgmlType::Q5_0: case GgmlType::Q5_1:
-    case GgmlType::Q2_K: case GgmlType::Q3_K: case GgmlType::Q4_K: case GgmlType::Q5_K:
-    case GgmlType::Q6_K: case GgmlType::IQ2_XXS: case GgmlType::IQ2_XS: case GgmlType::IQ2_S:
-    case GgmlType::IQ3_XXS: case GgmlType::IQ3_S: case GgmlType::IQ1_S: case GgmlType::IQ1_M:
-    case GgmlType::IQ4_NL: case GgmlType::IQ4_XS:
+    case GgmlType::Q4_0:
+    case GgmlType::Q4_1:
+    case GgmlType::Q5_0:
+    case GgmlType::Q5_1:
+    case GgmlType::Q2_K:
+    case GgmlType::Q3_K:
+    case GgmlType::Q4_K:
+    case GgmlType::Q5_K:
+    case GgmlType::Q6_K:
+    case GgmlType::IQ2_XXS:
+    case GgmlType::IQ2_XS:
+    case GgmlType::IQ2_S:
+    case GgmlType::IQ3_XXS:
+    case GgmlType::IQ3_S:
+    case GgmlType::IQ1_S:
+    case GgmlType::IQ1_M:
+    case GgmlType::IQ4_NL:
+    case GgmlType::IQ4_XS:
       return true;
     default:
       return false;
@@ -62,8 +75,7 @@ void quantize(GgmlType t, std::span<const float> src, int64_t nrows, int64_t n_p
               std::span<const float> importance, std::span<uint8_t> dst) {
   const TypeTraits& tr = traits(t);
   const auto encode = table()[tr.id].encode;
-  if (!encode)
-    throw Error(fmt::format("no encoder for type {} yet", tr.name), Error::Kind::kUsage);
+  if (!encode) throw Error(fmt::format("no encoder for type {} yet", tr.name), Error::Kind::kUsage);
   if (nrows < 0 || n_per_row < 0 ||
       (n_per_row > 0 && static_cast<uint64_t>(nrows) > src.size() / n_per_row) ||
       static_cast<uint64_t>(nrows * n_per_row) != src.size())
@@ -82,7 +94,8 @@ void quantize(GgmlType t, std::span<const float> src, int64_t nrows, int64_t n_p
   if (importance.empty() && requires_importance(t))
     throw Error(fmt::format("quantize {}: this type needs an importance matrix", tr.name));
   if (nrows == 0 || n_per_row == 0) return;
-  encode(src.data(), dst.data(), nrows, n_per_row, importance.empty() ? nullptr : importance.data());
+  encode(src.data(), dst.data(), nrows, n_per_row,
+         importance.empty() ? nullptr : importance.data());
 }
 
 }  // namespace gguf

@@ -29,7 +29,8 @@ Error::Error(std::string path, std::string object, std::optional<uint64_t> offse
       message_(std::move(message)),
       kind_(kind) {}
 
-Error::Error(std::string message, Kind kind) : Error({}, {}, std::nullopt, std::move(message), kind) {}
+Error::Error(std::string message, Kind kind)
+    : Error({}, {}, std::nullopt, std::move(message), kind) {}
 
 Error Error::with_context(const std::string& path, const std::string& object) const {
   return Error(path_.empty() ? path : path_, object_.empty() ? object : object_, offset_, message_,

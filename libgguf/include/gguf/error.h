@@ -14,8 +14,8 @@ class Error : public std::runtime_error {
   // kind selects the exit code a tool maps the error to.
   enum class Kind { kInput, kUsage };
 
-  Error(std::string path, std::string object, std::optional<uint64_t> offset,
-        std::string message, Kind kind = Kind::kInput);
+  Error(std::string path, std::string object, std::optional<uint64_t> offset, std::string message,
+        Kind kind = Kind::kInput);
   // A failure that concerns no particular file (e.g. a codec given bad arguments).
   explicit Error(std::string message, Kind kind = Kind::kInput);
 

@@ -1,0 +1,85 @@
+// The validated, read-only view of one GGUF file.
+//
+// GGUF layout (little-endian), versions 2 and 3:
+//   u32 magic "GGUF" | u32 version | u64 n_tensors | u64 n_kv
+//   n_kv x  { string key | u32 value_type | value }
+//            string = u64 length + bytes (no NUL); array = u32 elem_type + u64 count + elems
+//   n_tensors x { string name | u32 n_dims | n_dims x i64 ne | u32 ggml_type | u64 offset }
+//   padding to general.alignment (u32, default 32) | tensor data (offsets relative to here)
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "gguf/error.h"
+#include "gguf/metadata.h"
+#include "gguf/source.h"
+#include "gguf/types.h"
+
+namespace gguf {
+
+inline constexpr uint32_t kMagic = 0x46554747;  // "GGUF" read as little-endian u32
+inline constexpr uint64_t kDefaultAlignment = 32;
+inline constexpr size_t kMaxDims = 4;
+inline constexpr size_t kMaxNameBytes = 63;  // ggml/llama.cpp: names shorter than 64 bytes
+
+struct TensorInfo {
+  std::string name;
+  uint32_t type_id = 0;
+  std::vector<int64_t> shape;  // ne, n_dims entries
+  uint64_t offset = 0;         // relative to the data section
+  uint64_t n_elements = 0;
+  std::optional<uint64_t> bytes;  // nullopt when the type is unknown or removed
+  uint64_t info_offset = 0;       // where this tensor's info starts in the file
+
+  const TypeTraits* type() const { return sized_type(type_id); }
+  // The payload size, or a gguf::Error naming the tensor when the type cannot be sized.
+  uint64_t require_bytes(const std::string& path) const;
+};
+
+// "tensor 'name'" with the name escaped; used as the object of errors.
+std::string tensor_object(std::string_view name);
+std::string key_object(std::string_view key);
+
+class GgufFile {
+ public:
+  // Opens and validates path; throws gguf::Error on any defect.
+  static std::shared_ptr<const GgufFile> open(const std::string& path);
+  // Validates a source; throws gguf::Error on any defect.
+  static std::shared_ptr<const GgufFile> parse(std::shared_ptr<const ByteSource> source);
+  // Like parse, but returns what could be read before the first defect; error is set then.
+  static std::shared_ptr<const GgufFile> parse_partial(std::shared_ptr<const ByteSource> source,
+                                                       std::optional<Error>& error);
+
+  const std::string& path() const { return source_->name(); }
+  const ByteSource& source() const { return *source_; }
+  std::shared_ptr<const ByteSource> source_ptr() const { return source_; }
+  uint32_t version() const { return version_; }
+  uint64_t alignment() const { return alignment_; }
+  const Metadata& metadata() const { return metadata_; }
+  const std::vector<TensorInfo>& tensors() const { return tensors_; }
+  uint64_t header_end() const { return header_end_; }    // end of the last tensor info
+  uint64_t data_offset() const { return data_offset_; }  // start of the data section
+  uint64_t file_size() const { return source_->size(); }
+  const TensorInfo* find_tensor(std::string_view name) const;
+
+  // Absolute offset of a tensor's data in the file.
+  uint64_t data_start(const TensorInfo& t) const { return data_offset_ + t.offset; }
+  // The tensor's payload (bounds were validated when parsing); throws for unsized types.
+  std::span<const uint8_t> tensor_data(const TensorInfo& t) const;
+
+ private:
+  friend class Parser;
+  std::shared_ptr<const ByteSource> source_;
+  uint32_t version_ = 0;
+  uint64_t alignment_ = kDefaultAlignment;
+  Metadata metadata_;
+  std::vector<TensorInfo> tensors_;
+  uint64_t header_end_ = 0, data_offset_ = 0;
+};
+
+}  // namespace gguf

@@ -1,0 +1,36 @@
+// Byte sources: a read-only memory map of a file, or bytes in memory, behind one interface,
+// so the parser, the tests and the fuzzer read through the same code.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace gguf {
+
+class ByteSource {
+ public:
+  virtual ~ByteSource() = default;
+  // The name used in messages (the path as the user gave it).
+  virtual const std::string& name() const = 0;
+  virtual uint64_t size() const = 0;
+  // The bytes [offset, offset + len); throws gguf::Error when the range is not inside.
+  std::span<const uint8_t> bytes(uint64_t offset, uint64_t len) const;
+  // An open descriptor for kernel-side copies, or -1 for memory sources.
+  virtual int fd() const { return -1; }
+  // (device, inode) of a file, to refuse writing over an input.
+  virtual std::optional<std::pair<uint64_t, uint64_t>> identity() const { return std::nullopt; }
+
+ protected:
+  virtual const uint8_t* base() const = 0;
+};
+
+// Maps a file read-only (files larger than 4 GiB work on 64-bit hosts).
+std::shared_ptr<const ByteSource> open_file_source(const std::string& path);
+// Wraps bytes held in memory; name is used in messages.
+std::shared_ptr<const ByteSource> memory_source(std::vector<uint8_t> bytes, std::string name);
+
+}  // namespace gguf

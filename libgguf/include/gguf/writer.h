@@ -1,0 +1,49 @@
+// The one canonical writer: executes a plan into a verified file (or split set) that appears
+// at its path complete, or not at all.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "gguf/plan.h"
+
+namespace gguf {
+
+struct WriteOptions {
+  bool force = false;              // replace an existing output
+  bool verify = true;              // re-open the output and compare every payload's xxh3
+  uint64_t split_max_size = 0;     // bytes per shard (0 = no limit)
+  uint64_t split_max_tensors = 0;  // tensors per shard (0 = no limit)
+  // Paths the output must not resolve to (same device and inode): the inputs.
+  std::vector<std::string> inputs;
+  // Called with (bytes done, bytes total) as payloads are written; may be empty.
+  std::function<void(uint64_t, uint64_t)> progress;
+};
+
+struct WrittenTensor {
+  std::string name;
+  size_t shard = 0;
+  uint64_t offset = 0;  // absolute offset of the payload in its shard
+  uint64_t bytes = 0;
+  uint64_t xxh3 = 0;  // of the payload as written
+};
+
+struct WriteResult {
+  std::vector<std::string> paths;  // one, or every shard of a split set
+  uint64_t bytes = 0;              // total bytes written
+  std::vector<WrittenTensor> tensors;
+  bool verified = false;
+};
+
+// Serialises the header (magic ... tensor infos, padded to the alignment) for metadata and
+// tensors whose offsets are laid out canonically; used by the writer and by tests.
+std::vector<uint8_t> serialize_header(const Metadata& metadata, uint32_t version,
+                                      const std::vector<PlanTensor>& tensors);
+
+// Writes plan to path. Layout is canonical: each tensor's offset is the running sum of the
+// previous payload sizes padded to the alignment, in plan order.
+WriteResult write_plan(const Plan& plan, const std::string& path, const WriteOptions& options);
+
+}  // namespace gguf

@@ -1,0 +1,278 @@
+// The GGUF parser: every length, count and offset is checked against the bytes that remain
+// before anything is allocated or read, with overflow-checked arithmetic throughout.
+#include "gguf/file.h"
+
+#include <fmt/format.h>
+
+#include <bit>
+#include <cstring>
+#include <unordered_map>
+
+#include "gguf/escape.h"
+
+namespace gguf {
+
+std::string tensor_object(std::string_view name) {
+  return fmt::format("tensor '{}'", escape_for_terminal(name));
+}
+std::string key_object(std::string_view key) {
+  return fmt::format("key '{}'", escape_for_terminal(key));
+}
+
+uint64_t TensorInfo::require_bytes(const std::string& path) const {
+  if (bytes) return *bytes;
+  throw Error(path, tensor_object(name), info_offset,
+              fmt::format("type {} ({}) has no known size; this operation needs it", type_id,
+                          find_type(type_id) ? "removed from ggml" : "unknown id"));
+}
+
+const TensorInfo* GgufFile::find_tensor(std::string_view name) const {
+  for (const auto& t : tensors_)
+    if (t.name == name) return &t;
+  return nullptr;
+}
+
+std::span<const uint8_t> GgufFile::tensor_data(const TensorInfo& t) const {
+  return source_->bytes(data_start(t), t.require_bytes(path()));
+}
+
+class Parser {
+ public:
+  Parser(GgufFile& f) : f_(f), src_(*f.source_), size_(src_.size()) {}
+
+  void run() {
+    header();
+    for (uint64_t i = 0; i < n_kv_; ++i) key_value(i);
+    alignment();
+    for (uint64_t i = 0; i < n_tensors_; ++i) tensor_info();
+    f_.header_end_ = pos_;
+    const uint64_t a = f_.alignment_;
+    // pos_ <= size_ and a <= 2^31, so this cannot overflow.
+    f_.data_offset_ = (pos_ + a - 1) / a * a;
+    for (auto& t : f_.tensors_) tensor_data(t);
+  }
+
+ private:
+  GgufFile& f_;
+  const ByteSource& src_;
+  uint64_t size_;
+  uint64_t pos_ = 0;
+  uint64_t n_tensors_ = 0, n_kv_ = 0;
+  std::string object_;  // what is being read, for messages
+  std::unordered_map<std::string, uint64_t> tensor_names_;
+
+  [[noreturn]] void fail(uint64_t at, std::string msg) const {
+    throw Error(src_.name(), object_, at, std::move(msg));
+  }
+  uint64_t left() const { return size_ - pos_; }
+
+  void need(uint64_t n, std::string_view what) const {
+    if (n > left())
+      fail(pos_,
+           fmt::format("{} runs past end of file (needs {} bytes, {} left)", what, n, left()));
+  }
+
+  template <class T>
+  T read(std::string_view what) {
+    need(sizeof(T), what);
+    T v;
+    std::memcpy(&v, src_.bytes(pos_, sizeof(T)).data(), sizeof(T));
+    pos_ += sizeof(T);
+    return v;
+  }
+
+  std::string read_string(std::string_view what) {
+    const uint64_t at = pos_;
+    const uint64_t n = read<uint64_t>(what);
+    if (n > left())
+      fail(at, fmt::format("{} length {} runs past end of file ({} bytes left)", what, n, left()));
+    const auto b = src_.bytes(pos_, n);
+    pos_ += n;
+    return std::string(reinterpret_cast<const char*>(b.data()), b.size());
+  }
+
+  void header() {
+    if (size_ < 24)
+      fail(0, fmt::format("file too small for a GGUF header (needs 24 bytes, has {})", size_));
+    const auto magic = read<uint32_t>("magic");
+    if (magic != kMagic) {
+      // A file that starts with "GGML"/"GGJT" etc. is an older format: say so.
+      std::string shown;
+      for (int i = 0; i < 4; ++i) shown += static_cast<char>((magic >> (8 * i)) & 0xFF);
+      fail(0, fmt::format("not a GGUF file (magic '{}', expected 'GGUF')",
+                          escape_for_terminal(shown)));
+    }
+    const auto version = read<uint32_t>("version");
+    if ((version & 0xFFFF) == 0 && version != 0)
+      fail(4, fmt::format("big-endian GGUF files are not supported (version field 0x{:08x})",
+                          version));
+    if (version == 1) fail(4, "GGUF version 1 is not supported (only versions 2 and 3)");
+    if (version != 2 && version != 3)
+      fail(4, fmt::format("unsupported GGUF version {} (only versions 2 and 3)", version));
+    f_.version_ = version;
+    n_tensors_ = read<uint64_t>("tensor count");
+    n_kv_ = read<uint64_t>("key/value count");
+    // Minimal encodings: a key/value needs 8 + 1 + 4 + 1 bytes, a tensor info 8 + 1 + 4 + 4 + 8.
+    if (n_kv_ > left() / 14)
+      fail(16,
+           fmt::format("key/value count {} cannot fit in the file ({} bytes left)", n_kv_, left()));
+    if (n_tensors_ > left() / 25)
+      fail(8, fmt::format("tensor count {} cannot fit in the file ({} bytes left)", n_tensors_,
+                          left()));
+  }
+
+  ValueType read_type(std::string_view what) {
+    const uint64_t at = pos_;
+    const auto t = read<uint32_t>(what);
+    if (t >= kValueTypeCount)
+      fail(at, fmt::format("unknown value type {} (valid types are 0-12)", t));
+    return static_cast<ValueType>(t);
+  }
+
+  void key_value(uint64_t index) {
+    const uint64_t at = pos_;
+    object_ = fmt::format("key #{}", index);
+    std::string key = read_string("key");
+    if (key.empty()) fail(at, "empty key");
+    object_ = key_object(key);
+    if (const Value* prev = f_.metadata_.find(key); prev != nullptr) {
+      uint64_t first = 0;
+      for (const auto& e : f_.metadata_.entries())
+        if (e.key == key) first = e.offset;
+      fail(at, fmt::format("duplicate key (first defined at byte {})", first));
+    }
+    const ValueType type = read_type("value type");
+    Value value;
+    if (type == ValueType::kString) {
+      value = Value::string(read_string("string"));
+    } else if (type == ValueType::kArray) {
+      value = read_array();
+    } else {
+      const size_t n = scalar_size(type);
+      need(n, "value");
+      uint64_t bits = 0;
+      std::memcpy(&bits, src_.bytes(pos_, n).data(), n);
+      pos_ += n;
+      value = Value::from_bits(type, bits);
+    }
+    f_.metadata_.append({std::move(key), std::move(value), at});
+  }
+
+  Value read_array() {
+    const uint64_t type_at = pos_;
+    const ValueType elem = read_type("array element type");
+    if (elem == ValueType::kArray) fail(type_at, "nested arrays are not supported");
+    const uint64_t count_at = pos_;
+    const uint64_t count = read<uint64_t>("array length");
+    const uint64_t min_elem = elem == ValueType::kString ? 8 : scalar_size(elem);
+    if (count > left() / min_elem)
+      fail(count_at, fmt::format("array of {} {} elements runs past end of file ({} bytes left)",
+                                 count, value_type_name(elem), left()));
+    if (elem != ValueType::kString) {
+      const auto b = src_.bytes(pos_, count * min_elem);
+      pos_ += b.size();
+      return Value::scalar_array(elem, std::vector<uint8_t>(b.begin(), b.end()));
+    }
+    std::vector<std::string> strings;
+    strings.reserve(static_cast<size_t>(count));
+    for (uint64_t i = 0; i < count; ++i) strings.push_back(read_string("string"));
+    return Value::string_array(std::move(strings));
+  }
+
+  void alignment() {
+    object_ = key_object("general.alignment");
+    const Value* v = f_.metadata_.find("general.alignment");
+    if (!v) return;
+    uint64_t at = 0;
+    for (const auto& e : f_.metadata_.entries())
+      if (e.key == "general.alignment") at = e.offset;
+    if (v->type() != ValueType::kU32)
+      fail(at, fmt::format("general.alignment must be u32, found {}", value_type_name(v->type())));
+    const uint64_t a = *v->as_uint();
+    if (a == 0 || !std::has_single_bit(a))
+      fail(at, fmt::format("general.alignment must be a non-zero power of two, found {}", a));
+    f_.alignment_ = a;
+  }
+
+  void tensor_info() {
+    TensorInfo t;
+    t.info_offset = pos_;
+    object_ = fmt::format("tensor #{}", f_.tensors_.size());
+    t.name = read_string("tensor name");
+    object_ = tensor_object(t.name);
+    if (t.name.empty()) fail(t.info_offset, "empty tensor name");
+    const uint64_t dims_at = pos_;
+    const auto n_dims = read<uint32_t>("n_dims");
+    if (n_dims > kMaxDims)
+      fail(dims_at, fmt::format("n_dims {} exceeds the maximum of {}", n_dims, kMaxDims));
+    uint64_t n = 1;
+    for (uint32_t d = 0; d < n_dims; ++d) {
+      const uint64_t at = pos_;
+      const auto ne = read<int64_t>("dimension");
+      if (ne < 0) fail(at, fmt::format("dimension {} is negative ({})", d, ne));
+      if (ne != 0 && n > static_cast<uint64_t>(INT64_MAX) / static_cast<uint64_t>(ne))
+        fail(at, "element count overflows int64");
+      n *= static_cast<uint64_t>(ne);
+      t.shape.push_back(ne);
+    }
+    t.n_elements = n;
+    const uint64_t type_at = pos_;
+    t.type_id = read<uint32_t>("tensor type");
+    t.offset = read<uint64_t>("tensor data offset");
+    if (const TypeTraits* tr = sized_type(t.type_id)) {
+      const uint64_t ne0 = t.shape.empty() ? 1 : static_cast<uint64_t>(t.shape[0]);
+      if (ne0 % tr->block_size != 0)
+        fail(type_at, fmt::format("row length {} is not a multiple of the {} block size {}", ne0,
+                                  tr->name, tr->block_size));
+      // n / block_size * type_size cannot overflow: type_size <= block_size * 8.
+      t.bytes = n / tr->block_size * tr->type_size;
+    }
+    const auto [prev, fresh] = tensor_names_.emplace(t.name, t.info_offset);
+    if (!fresh)
+      fail(t.info_offset,
+           fmt::format("duplicate tensor name (first defined at byte {})", prev->second));
+    f_.tensors_.push_back(std::move(t));
+  }
+
+  void tensor_data(const TensorInfo& t) {
+    object_ = tensor_object(t.name);
+    if (t.offset % f_.alignment_ != 0)
+      fail(t.info_offset, fmt::format("data offset {} is not a multiple of the alignment {}",
+                                      t.offset, f_.alignment_));
+    const uint64_t data_left = size_ > f_.data_offset_ ? size_ - f_.data_offset_ : 0;
+    if (t.offset > data_left)
+      fail(t.info_offset,
+           fmt::format("data offset {} is past end of file (data section holds {} bytes)", t.offset,
+                       data_left));
+    if (t.bytes && *t.bytes > data_left - t.offset)
+      fail(f_.data_offset_ + t.offset,
+           fmt::format("data runs past end of file (needs {} bytes, {} left)", *t.bytes,
+                       data_left - t.offset));
+  }
+};
+
+std::shared_ptr<const GgufFile> GgufFile::parse_partial(std::shared_ptr<const ByteSource> source,
+                                                        std::optional<Error>& error) {
+  auto f = std::make_shared<GgufFile>();
+  f->source_ = std::move(source);
+  error.reset();
+  try {
+    Parser(*f).run();
+  } catch (const Error& e) {
+    error = e;
+  }
+  return f;
+}
+
+std::shared_ptr<const GgufFile> GgufFile::parse(std::shared_ptr<const ByteSource> source) {
+  std::optional<Error> error;
+  auto f = parse_partial(std::move(source), error);
+  if (error) throw *error;
+  return f;
+}
+
+std::shared_ptr<const GgufFile> GgufFile::open(const std::string& path) {
+  return parse(open_file_source(path));
+}
+
+}  // namespace gguf

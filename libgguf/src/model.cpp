@@ -1,0 +1,128 @@
+// Opening split sets as one model, with the split.* keys checked across shards.
+#include "gguf/model.h"
+
+#include <fmt/format.h>
+
+#include <filesystem>
+#include <regex>
+#include <unordered_map>
+
+namespace gguf {
+
+std::optional<SplitName> parse_split_name(const std::string& path) {
+  static const std::regex re(R"((.*)-([0-9]{5})-of-([0-9]{5})\.gguf)");
+  std::smatch m;
+  if (!std::regex_match(path, m, re)) return std::nullopt;
+  SplitName s{m[1].str(), std::stoi(m[2].str()), std::stoi(m[3].str())};
+  if (s.count < 1 || s.index < 1 || s.index > s.count) return std::nullopt;
+  return s;
+}
+
+std::string split_path(const std::string& prefix, int index, int count) {
+  return fmt::format("{}-{:05d}-of-{:05d}.gguf", prefix, index, count);
+}
+
+namespace {
+
+std::optional<uint64_t> split_key(const GgufFile& f, const char* key, ValueType want) {
+  const Value* v = f.metadata().find(key);
+  if (!v) return std::nullopt;
+  if (v->type() != want || !v->as_uint()) {
+    uint64_t at = 0;
+    for (const auto& e : f.metadata().entries())
+      if (e.key == key) at = e.offset;
+    throw Error(f.path(), key_object(key), at,
+                fmt::format("{} must be a non-negative {}, found {}", key, value_type_name(want),
+                            value_type_name(v->type())));
+  }
+  return v->as_uint();
+}
+
+}  // namespace
+
+Model Model::open(const std::string& path) {
+  const auto split = parse_split_name(path);
+  if (!split || split->count == 1) return from_files({GgufFile::open(path)});
+  std::vector<std::shared_ptr<const GgufFile>> shards;
+  for (int i = 1; i <= split->count; ++i) {
+    const std::string p = split_path(split->prefix, i, split->count);
+    if (!std::filesystem::exists(p))
+      throw Error(p, {}, std::nullopt,
+                  fmt::format("shard {} of {} of the split set is missing", i, split->count));
+    shards.push_back(GgufFile::open(p));
+  }
+  return from_files(std::move(shards));
+}
+
+Model Model::from_files(std::vector<std::shared_ptr<const GgufFile>> shards) {
+  Model m;
+  m.shards_ = std::move(shards);
+  const size_t n = m.shards_.size();
+  uint64_t total = 0;
+  std::optional<uint64_t> declared_total;
+  for (size_t i = 0; i < n; ++i) {
+    const GgufFile& f = *m.shards_[i];
+    const auto count = split_key(f, "split.count", ValueType::kU16);
+    const auto no = split_key(f, "split.no", ValueType::kU16);
+    const auto tensors = split_key(f, "split.tensors.count", ValueType::kI32);
+    if (n == 1) {
+      if (count && *count > 1)
+        throw Error(f.path(), key_object("split.count"), std::nullopt,
+                    fmt::format("file is shard {} of a split set of {}; open the set by its "
+                                "first shard's name (<prefix>-00001-of-{:05d}.gguf)",
+                                no.value_or(0) + 1, *count, *count));
+      continue;
+    }
+    if (!count || *count != n)
+      throw Error(f.path(), key_object("split.count"), std::nullopt,
+                  fmt::format("split.count is {}, expected {}",
+                              count ? fmt::format("{}", *count) : std::string("missing"), n));
+    if (!no || *no != i)
+      throw Error(f.path(), key_object("split.no"), std::nullopt,
+                  fmt::format("split.no is {}, expected {}",
+                              no ? fmt::format("{}", *no) : std::string("missing"), i));
+    if (i == 0) declared_total = tensors;
+    total += f.tensors().size();
+  }
+  if (n > 1 && declared_total && *declared_total != total)
+    throw Error(m.path(), key_object("split.tensors.count"), std::nullopt,
+                fmt::format("split.tensors.count is {}, but the shards hold {} tensors",
+                            *declared_total, total));
+  for (size_t s = 0; s < n; ++s) {
+    const GgufFile& f = *m.shards_[s];
+    for (const auto& t : f.tensors()) {
+      const auto [it, fresh] = m.index_.emplace(t.name, m.tensors_.size());
+      if (!fresh) {
+        const TensorRef& prev = m.tensors_[it->second];
+        throw Error(f.path(), tensor_object(t.name), t.info_offset,
+                    fmt::format("tensor also defined in shard {} ('{}')", prev.shard + 1,
+                                prev.file->path()));
+      }
+      m.tensors_.push_back({&f, s, &t});
+    }
+  }
+  return m;
+}
+
+std::vector<std::string> Model::paths() const {
+  std::vector<std::string> out;
+  for (const auto& s : shards_) out.push_back(s->path());
+  return out;
+}
+
+const TensorRef* Model::find(std::string_view name) const {
+  const auto it = index_.find(std::string(name));
+  return it == index_.end() ? nullptr : &tensors_[it->second];
+}
+
+std::string Model::architecture() const {
+  return metadata().get_string("general.architecture").value_or("");
+}
+
+uint64_t Model::total_bytes() const {
+  uint64_t s = 0;
+  for (const auto& f : shards_) s += f->file_size();
+  return s;
+}
+
+}  // namespace gguf

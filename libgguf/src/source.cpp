@@ -1,0 +1,99 @@
+// mmap-backed and in-memory byte sources.
+#include "gguf/source.h"
+
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <boost/iostreams/device/mapped_file.hpp>
+#include <cerrno>
+#include <cstring>
+
+#include "gguf/error.h"
+
+namespace gguf {
+
+std::span<const uint8_t> ByteSource::bytes(uint64_t offset, uint64_t len) const {
+  if (offset > size() || len > size() - offset)
+    throw Error(name(), {}, offset,
+                fmt::format("range of {} bytes runs past end of file ({} bytes left)", len,
+                            offset > size() ? 0 : size() - offset));
+  return {base() + offset, static_cast<size_t>(len)};
+}
+
+namespace {
+
+class FileSource final : public ByteSource {
+ public:
+  explicit FileSource(const std::string& path) : name_(path) {
+    fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd_ < 0)
+      throw Error(path, {}, std::nullopt, fmt::format("cannot open: {}", std::strerror(errno)));
+    struct stat st {};
+    if (::fstat(fd_, &st) != 0 || !S_ISREG(st.st_mode)) {
+      ::close(fd_);
+      throw Error(path, {}, std::nullopt, "not a regular file");
+    }
+    size_ = static_cast<uint64_t>(st.st_size);
+    dev_ = st.st_dev;
+    ino_ = st.st_ino;
+    if (size_ > 0) {
+      try {
+        map_.open(path);
+      } catch (const std::exception& e) {
+        ::close(fd_);
+        throw Error(path, {}, std::nullopt, fmt::format("cannot map: {}", e.what()));
+      }
+      if (map_.size() != size_) {
+        ::close(fd_);
+        throw Error(path, {}, std::nullopt, "file changed size while being opened");
+      }
+    }
+  }
+  ~FileSource() override { ::close(fd_); }
+  const std::string& name() const override { return name_; }
+  uint64_t size() const override { return size_; }
+  int fd() const override { return fd_; }
+  std::optional<std::pair<uint64_t, uint64_t>> identity() const override {
+    return std::pair<uint64_t, uint64_t>(dev_, ino_);
+  }
+
+ protected:
+  const uint8_t* base() const override {
+    return reinterpret_cast<const uint8_t*>(map_.is_open() ? map_.data() : nullptr);
+  }
+
+ private:
+  std::string name_;
+  int fd_ = -1;
+  uint64_t size_ = 0, dev_ = 0, ino_ = 0;
+  boost::iostreams::mapped_file_source map_;
+};
+
+class MemorySource final : public ByteSource {
+ public:
+  MemorySource(std::vector<uint8_t> bytes, std::string name)
+      : bytes_(std::move(bytes)), name_(std::move(name)) {}
+  const std::string& name() const override { return name_; }
+  uint64_t size() const override { return bytes_.size(); }
+
+ protected:
+  const uint8_t* base() const override { return bytes_.data(); }
+
+ private:
+  std::vector<uint8_t> bytes_;
+  std::string name_;
+};
+
+}  // namespace
+
+std::shared_ptr<const ByteSource> open_file_source(const std::string& path) {
+  return std::make_shared<FileSource>(path);
+}
+
+std::shared_ptr<const ByteSource> memory_source(std::vector<uint8_t> bytes, std::string name) {
+  return std::make_shared<MemorySource>(std::move(bytes), std::move(name));
+}
+
+}  // namespace gguf
