@@ -1,0 +1,61 @@
+// What every tool main shares: error-to-exit-code mapping, --help/--version, selector
+// options, and a progress bar on stderr when it is a terminal.
+#pragma once
+
+#include <boost/program_options.hpp>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "gguf/select.h"
+
+namespace gguf::cli {
+
+namespace po = boost::program_options;
+
+std::string_view version();
+
+// Runs body and maps failures to "tool: error: message" on stderr: gguf::Error of input kind
+// and I/O failures exit with failure_code (1; gguf-diff uses 2), usage errors and
+// Boost.Program_options errors with 2.
+int run_tool(std::string_view tool, const std::function<int()>& body, int failure_code = 1);
+
+// Parses argv into vm with desc and positional; handles --help (prints usage and desc to
+// stdout; returns true meaning "exit 0 now") and --version.
+bool parse_command_line(int argc, char** argv, std::string_view tool, std::string_view usage,
+                        const po::options_description& desc,
+                        const po::positional_options_description& positional,
+                        po::variables_map& vm);
+
+// --layers, --role, --match, shared by all tools.
+struct SelectorArgs {
+  std::vector<std::string> layers, roles, matches;
+  void add_to(po::options_description& desc);
+  Selector parse() const;
+  bool given() const { return !layers.empty() || !roles.empty() || !matches.empty(); }
+};
+
+// Parses a size like "4G", "500M", "123456" (powers of 1024 for K/M/G/T); usage error otherwise.
+uint64_t parse_size(std::string_view text, std::string_view option);
+
+// A progress bar on stderr, drawn only when stderr is a terminal; thread-safe update().
+class Progress {
+ public:
+  explicit Progress(std::string label);
+  ~Progress();
+  void update(uint64_t done, uint64_t total);
+  std::function<void(uint64_t, uint64_t)> callback();
+
+ private:
+  std::string label_;
+  bool enabled_;
+  int64_t last_draw_ms_ = 0;
+  bool drawn_ = false;
+};
+
+// "1.50 GiB", "312.00 MiB", "17 B".
+std::string human_bytes(uint64_t bytes);
+
+}  // namespace gguf::cli

@@ -1,0 +1,33 @@
+// Streaming encoders for plans: a Producer that turns rows of floats (from any function,
+// e.g. a decoded source tensor or a synthetic generator) into rows of a ggml type, chunk by
+// chunk and in parallel, with output independent of the thread count.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <span>
+#include <vector>
+
+#include "gguf/plan.h"
+#include "gguf/types.h"
+
+namespace gguf {
+
+struct RowEncoder {
+  GgmlType type = GgmlType::F32;
+  int64_t n_per_row = 0;
+  int64_t nrows = 0;
+  // Fills out (count * n_per_row floats) with rows [first, first + count).
+  std::function<void(int64_t first, int64_t count, std::span<float> out)> rows;
+  // Rows per matrix (ne1 for 2-D/3-D tensors): importance is per matrix (per expert).
+  int64_t rows_per_matrix = 0;
+  // Importance weights (n_per_row) of a matrix, or empty for none; may be empty function.
+  std::function<std::span<const float>(int64_t matrix)> importance;
+  unsigned threads = 1;
+  std::string tensor_name;  // for error messages
+};
+
+// A Producer serving any byte range of the encoded tensor; memory is bounded by the chunk.
+Producer make_encoding_producer(RowEncoder enc);
+
+}  // namespace gguf

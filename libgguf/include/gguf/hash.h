@@ -1,0 +1,26 @@
+// Streaming xxh3-64 of tensor payloads, split-aware and multi-threaded over tensors.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "gguf/model.h"
+
+namespace gguf {
+
+// xxh3-64 of bytes, read in chunks so pages stream through once.
+uint64_t xxh3(std::span<const uint8_t> bytes);
+// "0123456789abcdef": 16 lower-case hex digits, as manifests print them.
+std::string hex64(uint64_t h);
+
+// Hashes the payloads of model.tensors()[i] for each i in indices (all tensors when empty),
+// in parallel with up to threads workers (0 = hardware concurrency). Result is indexed like
+// indices. progress gets (bytes done, bytes total).
+std::vector<uint64_t> hash_tensors(const Model& model, const std::vector<size_t>& indices,
+                                   unsigned threads = 0,
+                                   const std::function<void(uint64_t, uint64_t)>& progress = {});
+
+}  // namespace gguf

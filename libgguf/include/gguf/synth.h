@@ -1,0 +1,55 @@
+// Synthetic models shaped like real ones (a scaled-down DeepSeek-V4-style MoE with 3-D expert
+// tensors), for the demo, tests and benchmarks. Weights are deterministic in the seed.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "gguf/plan.h"
+#include "gguf/types.h"
+
+namespace gguf {
+
+struct MoeSpec {
+  std::string name = "tiny-ds4";
+  int n_layers = 4;
+  int n_dense_layers = 1;  // leading layers with a dense FFN instead of experts
+  int n_experts = 8;
+  int n_expert_used = 2;
+  int n_embd = 256;
+  int n_ff_exp = 256;
+  int n_ff_dense = 512;
+  int q_lora = 256;
+  int kv_lora = 256;
+  int n_head = 4;
+  int head_dim = 64;
+  int vocab = 1024;
+  uint32_t alignment = 32;
+  uint64_t seed = 1;
+  // Types by role (the ds4 recipe by default, scaled down).
+  GgmlType routed_gate_up = GgmlType::F32;
+  GgmlType routed_down = GgmlType::F32;
+  GgmlType attn_proj = GgmlType::F32;
+  GgmlType shared = GgmlType::F32;
+  GgmlType output = GgmlType::F32;
+  GgmlType embedding = GgmlType::F32;
+  GgmlType dense = GgmlType::F32;
+  unsigned threads = 1;
+};
+
+// The ds4 recipe's types on top of spec (gate/up iq2_xxs, down q2_K, attention projections,
+// shared experts and output q8_0, embedding f16); with imatrix-free fallback where needed.
+MoeSpec ds4_recipe(MoeSpec spec);
+// Every quantizable tensor at one type (e.g. q4_K for a "donor").
+MoeSpec uniform_types(MoeSpec spec, GgmlType t);
+
+// A plan for the model: tensors are produced on the fly (quantized from deterministic
+// gaussian weights), so a large model needs no memory.
+Plan synth_moe_plan(const MoeSpec& spec);
+
+// The deterministic float weights of one tensor of the synthetic model (what the plan
+// quantizes), rows [first, first + count); useful to check encodes independently.
+void synth_rows(const std::string& tensor, uint64_t seed, int64_t n_per_row, int64_t first,
+                int64_t count, float scale, float* out);
+
+}  // namespace gguf

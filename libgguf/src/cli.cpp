@@ -1,0 +1,146 @@
+// Shared command-line plumbing for the four tools.
+#include "gguf/cli.h"
+
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <mutex>
+#include <new>
+#include <sstream>
+
+#include "gguf/error.h"
+
+namespace gguf::cli {
+
+std::string_view version() { return "0.1.0"; }
+
+int run_tool(std::string_view tool, const std::function<int()>& body, int failure_code) {
+  try {
+    return body();
+  } catch (const Error& e) {
+    fmt::print(stderr, "{}: error: {}\n", tool, e.what());
+    if (e.kind() == Error::Kind::kUsage) {
+      fmt::print(stderr, "Try '{} --help' for more information.\n", tool);
+      return 2;
+    }
+    return failure_code;
+  } catch (const po::error& e) {
+    fmt::print(stderr, "{}: error: {}\nTry '{} --help' for more information.\n", tool, e.what(),
+               tool);
+    return 2;
+  } catch (const std::bad_alloc&) {
+    fmt::print(stderr, "{}: error: out of memory\n", tool);
+    return failure_code;
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "{}: error: {}\n", tool, e.what());
+    return failure_code;
+  }
+}
+
+bool parse_command_line(int argc, char** argv, std::string_view tool, std::string_view usage,
+                        const po::options_description& desc,
+                        const po::positional_options_description& positional,
+                        po::variables_map& vm) {
+  po::store(po::command_line_parser(argc, argv).options(desc).positional(positional).run(), vm);
+  if (vm.count("help")) {
+    fmt::print("Usage: {} {}\n\n", tool, usage);
+    std::ostringstream os;
+    os << desc;
+    fmt::print("{}\n", os.str());
+    return true;
+  }
+  if (vm.count("version")) {
+    fmt::print("{} (gguf-surgery) {}\n", tool, version());
+    return true;
+  }
+  po::notify(vm);
+  return false;
+}
+
+void SelectorArgs::add_to(po::options_description& desc) {
+  desc.add_options()("layers", po::value(&layers)->composing(),
+                     "select layers, e.g. 37-42 or 0-2,5 (repeatable)")(
+      "role", po::value(&roles)->composing(),
+      "select a role: routed, routed-gate, routed-up, routed-down, shared, router, attn-proj, "
+      "attn, dense-ffn, embedding, output, norm, other (repeatable)")(
+      "match", po::value(&matches)->composing(),
+      "select tensors whose full name matches REGEX (repeatable)");
+}
+
+Selector SelectorArgs::parse() const { return parse_selector(layers, roles, matches); }
+
+uint64_t parse_size(std::string_view text, std::string_view option) {
+  uint64_t value = 0;
+  size_t i = 0;
+  for (; i < text.size() && text[i] >= '0' && text[i] <= '9'; ++i) {
+    if (value > (UINT64_MAX - 9) / 10)
+      usage_error(fmt::format("--{}: '{}' is too large", option, text));
+    value = value * 10 + static_cast<uint64_t>(text[i] - '0');
+  }
+  if (i == 0)
+    usage_error(fmt::format("--{}: '{}' is not a size (e.g. 4G, 500M, 123456)", option, text));
+  std::string_view suffix = text.substr(i);
+  int shift = 0;
+  if (suffix == "" || suffix == "B")
+    shift = 0;
+  else if (suffix == "K" || suffix == "k" || suffix == "KiB")
+    shift = 10;
+  else if (suffix == "M" || suffix == "MiB")
+    shift = 20;
+  else if (suffix == "G" || suffix == "GiB")
+    shift = 30;
+  else if (suffix == "T" || suffix == "TiB")
+    shift = 40;
+  else
+    usage_error(fmt::format("--{}: '{}' is not a size (e.g. 4G, 500M, 123456)", option, text));
+  if (shift && value > (UINT64_MAX >> shift))
+    usage_error(fmt::format("--{}: '{}' is too large", option, text));
+  return value << shift;
+}
+
+std::string human_bytes(uint64_t bytes) {
+  static constexpr const char* kUnits[] = {"KiB", "MiB", "GiB", "TiB", "PiB"};
+  if (bytes < 1024) return fmt::format("{} B", bytes);
+  double v = static_cast<double>(bytes) / 1024.0;
+  size_t u = 0;
+  while (v >= 1024.0 && u + 1 < std::size(kUnits)) v /= 1024.0, ++u;
+  return fmt::format("{:.2f} {}", v, kUnits[u]);
+}
+
+namespace {
+std::mutex g_progress_mutex;
+int64_t now_ms() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+}  // namespace
+
+Progress::Progress(std::string label) : label_(std::move(label)), enabled_(isatty(2) == 1) {}
+
+Progress::~Progress() {
+  if (enabled_ && drawn_) fmt::print(stderr, "\r\033[K");
+}
+
+void Progress::update(uint64_t done, uint64_t total) {
+  if (!enabled_) return;
+  std::lock_guard lock(g_progress_mutex);
+  const int64_t t = now_ms();
+  if (done < total && t - last_draw_ms_ < 100) return;
+  last_draw_ms_ = t;
+  drawn_ = true;
+  const double frac = total ? static_cast<double>(done) / static_cast<double>(total) : 1.0;
+  const int width = 30;
+  const int filled = static_cast<int>(frac * width);
+  fmt::print(stderr, "\r{} [{}{}] {:5.1f}% {} / {}\033[K", label_, std::string(filled, '#'),
+             std::string(width - filled, '.'), frac * 100.0, human_bytes(done), human_bytes(total));
+  std::fflush(stderr);
+}
+
+std::function<void(uint64_t, uint64_t)> Progress::callback() {
+  return [this](uint64_t d, uint64_t t) { update(d, t); };
+}
+
+}  // namespace gguf::cli

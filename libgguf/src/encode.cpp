@@ -1,0 +1,101 @@
+// Row-chunked, multi-threaded encoding behind the Producer interface.
+#include "gguf/encode.h"
+
+#include <fmt/format.h>
+#include <tbb/global_control.h>
+#include <tbb/parallel_for.h>
+
+#include <algorithm>
+#include <cstring>
+#include <memory>
+
+#include "gguf/codecs.h"
+#include "gguf/error.h"
+#include "gguf/file.h"
+
+namespace gguf {
+namespace {
+
+struct EncoderState {
+  RowEncoder enc;
+  uint64_t row_bytes = 0;
+  std::vector<uint8_t> carry;  // encoded rows not yet handed out
+  int64_t carry_first_row = 0;
+};
+
+// Encodes rows [first, first + count) into out, in parallel over row blocks; each block never
+// crosses a matrix boundary so it has one importance vector.
+void encode_rows(const RowEncoder& e, uint64_t row_bytes, int64_t first, int64_t count,
+                 uint8_t* out) {
+  const int64_t per_task =
+      std::max<int64_t>(1, (int64_t{1} << 20) / std::max<int64_t>(1, e.n_per_row));
+  std::vector<std::pair<int64_t, int64_t>> tasks;  // (first, count)
+  for (int64_t r = first; r < first + count;) {
+    int64_t n = std::min(per_task, first + count - r);
+    if (e.rows_per_matrix > 0) n = std::min(n, e.rows_per_matrix - r % e.rows_per_matrix);
+    tasks.emplace_back(r, n);
+    r += n;
+  }
+  tbb::global_control limit(tbb::global_control::max_allowed_parallelism, std::max(1u, e.threads));
+  tbb::parallel_for(size_t{0}, tasks.size(), [&](size_t k) {
+    const auto [r, n] = tasks[k];
+    std::vector<float> floats(static_cast<size_t>(n * e.n_per_row));
+    e.rows(r, n, floats);
+    std::span<const float> imp;
+    if (e.importance) imp = e.importance(e.rows_per_matrix > 0 ? r / e.rows_per_matrix : 0);
+    try {
+      quantize(
+          e.type, floats, n, e.n_per_row, imp,
+          {out + static_cast<uint64_t>(r - first) * row_bytes, static_cast<size_t>(n) * row_bytes});
+    } catch (const Error& err) {
+      throw Error({}, tensor_object(e.tensor_name), std::nullopt,
+                  fmt::format("rows {}-{}: {}", r, r + n - 1, err.message()));
+    }
+  });
+}
+
+}  // namespace
+
+Producer make_encoding_producer(RowEncoder enc) {
+  const auto rb = row_bytes(enc.type, static_cast<uint64_t>(enc.n_per_row));
+  if (!rb)
+    throw Error({}, tensor_object(enc.tensor_name), std::nullopt,
+                fmt::format("row length {} is not a multiple of the {} block size {}",
+                            enc.n_per_row, traits(enc.type).name, traits(enc.type).block_size));
+  auto st = std::make_shared<EncoderState>();
+  st->enc = std::move(enc);
+  st->row_bytes = *rb;
+  // Aim for ~8 MiB of encoded output per call, at least one row.
+  const uint64_t rows_per_chunk =
+      std::max<uint64_t>(1, (uint64_t{8} << 20) / std::max<uint64_t>(1, *rb));
+  Producer p;
+  p.chunk_bytes = rows_per_chunk * *rb;
+  p.fill = [st, rows_per_chunk](uint64_t offset, std::span<uint8_t> out) {
+    const RowEncoder& e = st->enc;
+    const uint64_t rb = st->row_bytes;
+    size_t written = 0;
+    while (written < out.size()) {
+      const uint64_t pos = offset + written;
+      const uint64_t carry_begin = static_cast<uint64_t>(st->carry_first_row) * rb;
+      if (pos < carry_begin || pos >= carry_begin + st->carry.size()) {
+        // Encode the chunk of rows that holds pos.
+        const int64_t row = static_cast<int64_t>(pos / rb);
+        if (row >= e.nrows)
+          throw Error(fmt::format("read past the end of encoded tensor '{}'", e.tensor_name));
+        const int64_t count =
+            std::min<int64_t>(static_cast<int64_t>(rows_per_chunk), e.nrows - row);
+        st->carry.resize(static_cast<size_t>(count) * rb);
+        st->carry_first_row = row;
+        encode_rows(e, rb, row, count, st->carry.data());
+        continue;
+      }
+      const uint64_t skip = pos - carry_begin;
+      const size_t n = std::min<size_t>(out.size() - written, st->carry.size() - skip);
+      std::memcpy(out.data() + written, st->carry.data() + skip, n);
+      written += n;
+    }
+  };
+  return p;
+}
+
+}  // namespace gguf
