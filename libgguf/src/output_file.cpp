@@ -1,0 +1,154 @@
+// The writer's output file: a temp file beside the final path, written with plain write()
+// and copy_file_range(), fsync'd, then renamed into place; removed on any failure.
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <array>
+#include <cerrno>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+
+#include "gguf/error.h"
+#include "writer_internal.h"
+
+namespace gguf::detail {
+namespace {
+
+// The process umask without changing it (umask(2) can only be read by setting it, which
+// would race with other threads creating files).
+mode_t current_umask() {
+  std::ifstream status("/proc/self/status");
+  std::string line;
+  while (std::getline(status, line))
+    if (line.rfind("Umask:", 0) == 0)
+      return static_cast<mode_t>(std::stoul(line.substr(6), nullptr, 8));
+  return 022;
+}
+
+std::string parent_dir(const std::string& path) {
+  const std::string dir = std::filesystem::path(path).parent_path().string();
+  return dir.empty() ? "." : dir;
+}
+
+}  // namespace
+
+OutputFile::OutputFile(std::string final_path) : final_(std::move(final_path)) {
+  const std::filesystem::path p(final_);
+  // Keep the temp name within NAME_MAX whatever the length of the final name.
+  const std::string base = p.filename().string().substr(0, 200);
+  temp_ = (p.parent_path() / ("." + base + ".tmp.XXXXXX")).string();
+  fd_ = ::mkostemp(temp_.data(), O_CLOEXEC);
+  if (fd_ < 0)
+    throw Error(final_, {}, std::nullopt,
+                fmt::format("cannot create a temporary file in '{}': {}", parent_dir(final_),
+                            errno_text(errno)));
+  // mkstemp creates 0600; the output should get the mode any new file would get.
+  if (::fchmod(fd_, 0666 & ~current_umask()) != 0) {
+    const int err = errno;
+    remove();
+    ::close(fd_);
+    fd_ = -1;
+    fail("cannot set the temporary file's mode", err);
+  }
+}
+
+OutputFile::~OutputFile() {
+  if (!committed_) remove();
+  if (fd_ >= 0) ::close(fd_);
+}
+
+void OutputFile::fail(const std::string& what, int err) const {
+  throw Error(final_, object_, pos_, fmt::format("{}: {}", what, errno_text(err)));
+}
+
+void OutputFile::write(std::span<const uint8_t> bytes) {
+  const uint8_t* p = bytes.data();
+  uint64_t left = bytes.size();
+  while (left > 0) {
+    const ssize_t n = ::write(fd_, p, static_cast<size_t>(std::min<uint64_t>(left, 1u << 30)));
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      fail("write failed", errno);
+    }
+    // A write that makes no progress and reports no error is a full device in practice.
+    if (n == 0) fail("write failed", ENOSPC);
+    p += n;
+    left -= static_cast<uint64_t>(n);
+    pos_ += static_cast<uint64_t>(n);
+  }
+}
+
+void OutputFile::write_zeros(uint64_t n) {
+  static const std::array<uint8_t, 64 * 1024> kZeros{};
+  while (n > 0) {
+    const uint64_t k = std::min<uint64_t>(n, kZeros.size());
+    write({kZeros.data(), static_cast<size_t>(k)});
+    n -= k;
+  }
+}
+
+uint64_t OutputFile::copy_range(int src_fd, const std::string& src_name, uint64_t src_offset,
+                                uint64_t n) {
+  uint64_t done = 0;
+  while (done < n) {
+    loff_t in = static_cast<loff_t>(src_offset + done);
+    const size_t want = static_cast<size_t>(std::min<uint64_t>(n - done, 1u << 30));
+    const ssize_t k = ::copy_file_range(src_fd, &in, fd_, nullptr, want, 0);
+    if (k < 0) {
+      const int err = errno;
+      if (err == EINTR) continue;
+      if (err == EXDEV || err == EINVAL || err == ENOSYS || err == EOPNOTSUPP || err == EBADF)
+        return done;
+      fail(fmt::format("copying from '{}' failed", src_name), err);
+    }
+    if (k == 0)
+      throw Error(final_, object_, pos_,
+                  fmt::format("copying from '{}' failed: source ended at byte {}, {} bytes early",
+                              src_name, src_offset + done, n - done));
+    done += static_cast<uint64_t>(k);
+    pos_ += static_cast<uint64_t>(k);
+  }
+  return done;
+}
+
+void OutputFile::finish() {
+  object_.clear();
+  if (::fsync(fd_) != 0) fail("fsync failed", errno);
+  const int fd = fd_;
+  fd_ = -1;
+  // close() can report a deferred write error (e.g. on NFS).
+  if (::close(fd) != 0) fail("close failed", errno);
+}
+
+void OutputFile::commit() {
+  object_.clear();
+  if (::rename(temp_.c_str(), final_.c_str()) != 0)
+    fail(fmt::format("cannot rename '{}' to the output path", temp_), errno);
+  committed_ = true;
+}
+
+void OutputFile::remove() noexcept {
+  if (removed_) return;
+  removed_ = true;
+  ::unlink(committed_ ? final_.c_str() : temp_.c_str());
+}
+
+void sync_parent_directory(const std::string& path) {
+  const std::string dir = parent_dir(path);
+  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0)
+    throw Error(path, {}, std::nullopt,
+                fmt::format("cannot open directory '{}' to sync it: {}", dir, errno_text(errno)));
+  const int rc = ::fsync(fd);
+  const int err = errno;
+  ::close(fd);
+  // Some file systems cannot sync a directory (EINVAL); the rename itself has happened.
+  if (rc != 0 && err != EINVAL)
+    throw Error(path, {}, std::nullopt,
+                fmt::format("fsync of directory '{}' failed: {}", dir, errno_text(err)));
+}
+
+}  // namespace gguf::detail

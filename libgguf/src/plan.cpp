@@ -1,0 +1,41 @@
+// Payload sizes implied by a plan tensor's type and shape, checked the way ggml's reader
+// checks them (so a plan that passes here yields a file ggml accepts).
+#include "gguf/plan.h"
+
+#include <fmt/format.h>
+
+#include <cstdint>
+
+#include "gguf/file.h"
+#include "gguf/types.h"
+
+namespace gguf {
+
+uint64_t expected_bytes(const PlanTensor& t) {
+  auto fail = [&](std::string msg) -> Error {
+    return Error({}, tensor_object(t.name), std::nullopt, std::move(msg));
+  };
+  const TypeTraits* tr = sized_type(t.type_id);
+  if (!tr)
+    throw fail(fmt::format("type {} ({}) has no known size", t.type_id,
+                           find_type(t.type_id) ? "removed from ggml" : "unknown id"));
+  if (t.shape.size() > kMaxDims)
+    throw fail(fmt::format("n_dims {} exceeds the maximum of {}", t.shape.size(), kMaxDims));
+  uint64_t n = 1;
+  for (size_t d = 0; d < t.shape.size(); ++d) {
+    const int64_t ne = t.shape[d];
+    if (ne < 0) throw fail(fmt::format("dimension {} is negative ({})", d, ne));
+    if (ne != 0 && n > static_cast<uint64_t>(INT64_MAX) / static_cast<uint64_t>(ne))
+      throw fail("element count overflows int64");
+    n *= static_cast<uint64_t>(ne);
+  }
+  const uint64_t ne0 = t.shape.empty() ? 1 : static_cast<uint64_t>(t.shape[0]);
+  if (ne0 % tr->block_size != 0)
+    throw fail(fmt::format("row length {} is not a multiple of the {} block size {}", ne0, tr->name,
+                           tr->block_size));
+  const uint64_t blocks = n / tr->block_size;
+  if (blocks > UINT64_MAX / tr->type_size) throw fail("payload size overflows 64 bits");
+  return blocks * tr->type_size;
+}
+
+}  // namespace gguf

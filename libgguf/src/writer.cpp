@@ -1,0 +1,458 @@
+// write_plan: validation, shard assignment, refusal of unsafe output paths, streaming of the
+// payloads into temp files (hashing each with xxh3), read-back verification, then rename.
+#include "gguf/writer.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#include <new>
+#include <unordered_set>
+
+#include "gguf/escape.h"
+#include "gguf/file.h"
+#include "gguf/model.h"
+#include "writer_internal.h"
+
+namespace gguf {
+namespace {
+
+using detail::Layout;
+using detail::OutputFile;
+
+constexpr uint64_t kCopyExtent = uint64_t{32} << 20;    // per copy_file_range + hash step
+constexpr uint64_t kProgressStep = uint64_t{16} << 20;  // report at least this far apart
+constexpr uint64_t kMaxShards = 65535;                  // split.count is a u16
+
+class Xxh3 {
+ public:
+  Xxh3() : state_(XXH3_createState()) {
+    if (!state_) throw std::bad_alloc();
+  }
+  ~Xxh3() { XXH3_freeState(state_); }
+  Xxh3(const Xxh3&) = delete;
+  Xxh3& operator=(const Xxh3&) = delete;
+  void reset() { XXH3_64bits_reset(state_); }
+  void update(std::span<const uint8_t> b) { XXH3_64bits_update(state_, b.data(), b.size()); }
+  uint64_t digest() const { return XXH3_64bits_digest(state_); }
+
+ private:
+  XXH3_state_t* state_;
+};
+
+struct Shard {
+  std::string path;
+  Metadata metadata;
+  std::vector<const PlanTensor*> tensors;
+  std::vector<size_t> plan_index;  // into Plan::tensors
+  Layout layout;
+};
+
+Metadata split_keys(uint64_t no, uint64_t count, uint64_t total) {
+  Metadata m;
+  m.set(detail::kSplitNo, Value::u16(static_cast<uint16_t>(no)));
+  m.set(detail::kSplitCount, Value::u16(static_cast<uint16_t>(count)));
+  m.set(detail::kSplitTensors, Value::i32(static_cast<int32_t>(total)));
+  return m;
+}
+
+void append_all(Metadata& to, const Metadata& from) {
+  for (const auto& kv : from.entries()) to.set(kv.key, kv.value);
+}
+
+// Greedy assignment in plan order: a tensor starts a new shard when adding it would exceed a
+// limit, so every shard holds at least one tensor and only a single oversized tensor makes a
+// shard larger than split_max_size.
+std::vector<std::vector<size_t>> group_tensors(const Plan& plan, const Metadata& base,
+                                               const WriteOptions& o) {
+  const uint64_t a = detail::plan_alignment(base);
+  const uint64_t keys = detail::metadata_bytes(split_keys(0, 1, 0));
+  Metadata align_only;
+  if (const Value* v = base.find("general.alignment")) align_only.set("general.alignment", *v);
+  const uint64_t first_fixed = 24 + detail::metadata_bytes(base) + keys;
+  const uint64_t other_fixed = 24 + keys + detail::metadata_bytes(align_only);
+  std::vector<std::vector<size_t>> groups(1);
+  uint64_t fixed = first_fixed, infos = 0, data = 0;
+  for (size_t i = 0; i < plan.tensors.size(); ++i) {
+    const PlanTensor& t = plan.tensors[i];
+    const uint64_t info = detail::tensor_info_bytes(t);
+    const uint64_t padded = detail::pad_to(t.bytes, a);
+    if (!groups.back().empty()) {
+      const bool too_many = o.split_max_tensors && groups.back().size() >= o.split_max_tensors;
+      const bool too_big =
+          o.split_max_size &&
+          detail::pad_to(fixed + infos + info, a) + data + padded > o.split_max_size;
+      if (too_many || too_big) {
+        groups.emplace_back();
+        fixed = other_fixed;
+        infos = data = 0;
+      }
+    }
+    groups.back().push_back(i);
+    infos += info;
+    data += padded;
+  }
+  return groups;
+}
+
+std::vector<Shard> assign_shards(const Plan& plan, const Metadata& base, const std::string& path,
+                                 const WriteOptions& o) {
+  std::vector<Shard> shards;
+  if (!o.split_max_size && !o.split_max_tensors) {
+    shards.push_back({path, base, {}, {}, {}});
+    for (size_t i = 0; i < plan.tensors.size(); ++i) shards[0].plan_index.push_back(i);
+  } else {
+    const auto groups = group_tensors(plan, base, o);
+    const uint64_t n = groups.size();
+    if (n > kMaxShards)
+      throw Error(path, {}, std::nullopt,
+                  fmt::format("split output needs {} shards; split.count is a u16 (at most {})", n,
+                              kMaxShards),
+                  Error::Kind::kUsage);
+    if (plan.tensors.size() > static_cast<uint64_t>(INT32_MAX))
+      throw Error(path, {}, std::nullopt,
+                  fmt::format("split output of {} tensors; split.tensors.count is an i32",
+                              plan.tensors.size()));
+    const std::string prefix =
+        path.ends_with(".gguf") ? path.substr(0, path.size() - 5) : std::string(path);
+    for (uint64_t s = 0; s < n; ++s) {
+      Shard sh;
+      sh.path = split_path(prefix, static_cast<int>(s + 1), static_cast<int>(n));
+      if (s == 0) {
+        sh.metadata = base;
+        append_all(sh.metadata, split_keys(s, n, plan.tensors.size()));
+      } else {
+        sh.metadata = split_keys(s, n, plan.tensors.size());
+        if (const Value* v = base.find("general.alignment"))
+          sh.metadata.set("general.alignment", *v);
+      }
+      sh.plan_index = groups[s];
+      shards.push_back(std::move(sh));
+    }
+  }
+  for (auto& sh : shards) {
+    for (size_t i : sh.plan_index) sh.tensors.push_back(&plan.tensors[i]);
+    sh.layout = detail::layout_of(sh.metadata, sh.tensors);
+  }
+  return shards;
+}
+
+struct Identity {
+  uint64_t dev, ino;
+  std::string name;
+};
+
+std::vector<Identity> input_identities(const Plan& plan, const WriteOptions& o) {
+  std::vector<Identity> ids;
+  for (const auto& in : o.inputs) {
+    struct stat st {};
+    if (::stat(in.c_str(), &st) == 0)
+      ids.push_back({static_cast<uint64_t>(st.st_dev), static_cast<uint64_t>(st.st_ino), in});
+  }
+  // Sources the plan reads are inputs too, whether or not the caller listed them.
+  for (const auto& t : plan.tensors)
+    if (const auto* r = std::get_if<FileRange>(&t.source); r && r->source)
+      if (const auto id = r->source->identity())
+        ids.push_back({id->first, id->second, r->source->name()});
+  return ids;
+}
+
+void check_output_path(const std::string& out, const std::vector<Identity>& inputs, bool force) {
+  struct stat st {};
+  if (::stat(out.c_str(), &st) == 0) {
+    for (const auto& in : inputs)
+      if (in.dev == static_cast<uint64_t>(st.st_dev) && in.ino == static_cast<uint64_t>(st.st_ino))
+        throw Error(out, {}, std::nullopt,
+                    fmt::format("output is the same file as input '{}'; refusing to overwrite an "
+                                "input (choose another output path)",
+                                escape_for_terminal(in.name)),
+                    Error::Kind::kUsage);
+    if (S_ISDIR(st.st_mode))
+      throw Error(out, {}, std::nullopt, "output path is a directory", Error::Kind::kUsage);
+  }
+  struct stat lst {};
+  if (!force && ::lstat(out.c_str(), &lst) == 0)
+    throw Error(out, {}, std::nullopt, "output file exists; use --force to replace it",
+                Error::Kind::kUsage);
+}
+
+// Streams payloads into an output, hashing each as written, and reports progress.
+class Streamer {
+ public:
+  Streamer(const WriteOptions& o, uint64_t total) : options_(o), total_(total) {}
+
+  // Bytes of all earlier shards, so progress counts across a split set.
+  void start_file(OutputFile& out, uint64_t base) {
+    out_ = &out;
+    base_ = base;
+  }
+
+  void header(std::span<const uint8_t> bytes) {
+    out_->set_object({});
+    out_->write(bytes);
+    progress(false);
+  }
+
+  // Writes t's payload followed by its padding; returns the payload's xxh3.
+  uint64_t payload(const PlanTensor& t, uint64_t padding) {
+    out_->set_object(tensor_object(t.name));
+    hash_.reset();
+    std::visit([&](const auto& src) { write(t, src); }, t.source);
+    out_->write_zeros(padding);
+    progress(false);
+    return hash_.digest();
+  }
+
+  void finish() { progress(true); }
+
+ private:
+  const WriteOptions& options_;
+  uint64_t total_, base_ = 0, last_report_ = 0;
+  OutputFile* out_ = nullptr;
+  Xxh3 hash_;
+  std::vector<uint8_t> buffer_;
+  std::unordered_set<int> no_kernel_copy_;  // source fds copy_file_range refused
+
+  Error error(const PlanTensor& t, std::string msg) const {
+    return Error(out_->path(), tensor_object(t.name), out_->position(), std::move(msg));
+  }
+
+  // Reports at least every kProgressStep bytes, and (total, total) exactly once at the end.
+  void progress(bool final) {
+    if (!options_.progress) return;
+    const uint64_t done = base_ + out_->position();
+    if (final && last_report_ == total_) return;
+    if (!final && done - last_report_ < kProgressStep && done != total_) return;
+    last_report_ = done;
+    options_.progress(done, total_);
+  }
+
+  void emit(std::span<const uint8_t> bytes) {
+    hash_.update(bytes);
+    out_->write(bytes);
+    progress(false);
+  }
+
+  void write(const PlanTensor& t, const FileRange& r) {
+    if (!r.source) throw error(t, "file range has no source");
+    const ByteSource& src = *r.source;
+    if (r.offset > src.size() || t.bytes > src.size() - r.offset)
+      throw error(t, fmt::format("source range [{}, {}) lies outside '{}' ({} bytes)", r.offset,
+                                 r.offset + t.bytes, escape_for_terminal(src.name()), src.size()));
+    const int fd = src.fd();
+    for (uint64_t done = 0; done < t.bytes;) {
+      const uint64_t n = std::min(kCopyExtent, t.bytes - done);
+      // Hashing through the mapping reads the source independently of the kernel copy, so
+      // verification compares two different paths to the same bytes.
+      const auto bytes = src.bytes(r.offset + done, n);
+      hash_.update(bytes);
+      uint64_t copied = 0;
+      if (fd >= 0 && !no_kernel_copy_.count(fd)) {
+        copied = out_->copy_range(fd, src.name(), r.offset + done, n);
+        if (copied < n) no_kernel_copy_.insert(fd);
+      }
+      if (copied < n) out_->write(bytes.subspan(static_cast<size_t>(copied)));
+      done += n;
+      progress(false);
+    }
+  }
+
+  void write(const PlanTensor& t, const MemoryBytes& m) {
+    if (!m.data) throw error(t, "memory payload has no data");
+    if (m.data->size() != t.bytes)
+      throw error(
+          t, fmt::format("memory payload holds {} bytes, expected {}", m.data->size(), t.bytes));
+    const std::span<const uint8_t> all(*m.data);
+    for (uint64_t done = 0; done < t.bytes; done += detail::kIoChunk)
+      emit(all.subspan(static_cast<size_t>(done),
+                       static_cast<size_t>(std::min(detail::kIoChunk, t.bytes - done))));
+  }
+
+  void write(const PlanTensor& t, const Producer& p) {
+    if (!p.fill) throw error(t, "producer has no fill function");
+    uint64_t chunk = detail::kIoChunk;
+    if (p.chunk_bytes >= detail::kIoChunk)
+      chunk = p.chunk_bytes;
+    else if (p.chunk_bytes > 0)
+      chunk = detail::kIoChunk / p.chunk_bytes * p.chunk_bytes;
+    const uint64_t size = std::min(chunk, t.bytes);
+    if (buffer_.size() < size) buffer_.resize(static_cast<size_t>(size));
+    for (uint64_t done = 0; done < t.bytes;) {
+      const uint64_t n = std::min(chunk, t.bytes - done);
+      const std::span<uint8_t> out(buffer_.data(), static_cast<size_t>(n));
+      try {
+        p.fill(done, out);
+      } catch (const Error& e) {
+        throw Error(out_->path(), tensor_object(t.name), out_->position(),
+                    fmt::format("producing the payload failed: {}", e.what()), e.kind());
+      } catch (const std::exception& e) {
+        throw error(t, fmt::format("producing the payload failed: {}", e.what()));
+      } catch (...) {
+        throw error(t, "producing the payload failed: unknown exception");
+      }
+      emit(out);
+      done += n;
+    }
+  }
+};
+
+// Re-opens a written file through the validated reader and compares it with the plan.
+std::shared_ptr<const GgufFile> verify_file(const OutputFile& out, const Shard& sh,
+                                            uint32_t version, std::span<const uint64_t> hashes) {
+  std::shared_ptr<const GgufFile> f;
+  try {
+    f = GgufFile::open(out.temp_path());
+  } catch (const Error& e) {
+    throw Error(
+        out.path(), e.object(), e.offset(),
+        fmt::format("verification failed: the written file does not parse: {}", e.message()));
+  }
+  auto fail = [&](std::string object, std::string msg) {
+    throw Error(out.path(), std::move(object), std::nullopt,
+                fmt::format("verification failed: {}", msg));
+  };
+  if (f->version() != version) fail({}, fmt::format("version {}, wrote {}", f->version(), version));
+  if (f->alignment() != sh.layout.alignment)
+    fail({}, fmt::format("alignment {}, wrote {}", f->alignment(), sh.layout.alignment));
+  if (f->data_offset() != sh.layout.data_offset)
+    fail({}, fmt::format("data section at byte {}, wrote it at {}", f->data_offset(),
+                         sh.layout.data_offset));
+  if (f->file_size() != sh.layout.file_size)
+    fail({}, fmt::format("file is {} bytes, wrote {}", f->file_size(), sh.layout.file_size));
+  const auto& kvs = f->metadata().entries();
+  if (kvs.size() != sh.metadata.size())
+    fail({}, fmt::format("{} keys, wrote {}", kvs.size(), sh.metadata.size()));
+  for (size_t i = 0; i < kvs.size(); ++i) {
+    const KeyValue& want = sh.metadata.entries()[i];
+    if (kvs[i].key != want.key || !(kvs[i].value == want.value))
+      fail(key_object(want.key), fmt::format("key #{} reads back as {} = {}", i,
+                                             key_object(kvs[i].key), format_value(kvs[i].value)));
+  }
+  const auto& ts = f->tensors();
+  if (ts.size() != sh.tensors.size())
+    fail({}, fmt::format("{} tensors, wrote {}", ts.size(), sh.tensors.size()));
+  std::vector<uint8_t> buf;
+  Xxh3 hash;
+  for (size_t i = 0; i < ts.size(); ++i) {
+    const PlanTensor& want = *sh.tensors[i];
+    const TensorInfo& got = ts[i];
+    const std::string object = tensor_object(want.name);
+    if (got.name != want.name)
+      fail(object, fmt::format("tensor #{} reads back as {}", i, tensor_object(got.name)));
+    if (got.type_id != want.type_id || got.shape != want.shape)
+      fail(object, fmt::format("reads back as {} [{}], wrote {} [{}]", type_name(got.type_id),
+                               fmt::join(got.shape, ", "), type_name(want.type_id),
+                               fmt::join(want.shape, ", ")));
+    if (got.offset != sh.layout.offsets[i] || got.bytes != want.bytes)
+      fail(object, fmt::format("offset/size read back as {}/{}, wrote {}/{}", got.offset,
+                               got.bytes.value_or(0), sh.layout.offsets[i], want.bytes));
+    // pread through a small buffer keeps memory bounded for any file size.
+    hash.reset();
+    const int fd = f->source().fd();
+    const uint64_t start = f->data_start(got);
+    for (uint64_t done = 0; done < want.bytes;) {
+      const uint64_t n = std::min(detail::kIoChunk, want.bytes - done);
+      std::span<const uint8_t> piece;
+      if (fd >= 0) {
+        buf.resize(static_cast<size_t>(n));
+        const ssize_t k =
+            ::pread(fd, buf.data(), static_cast<size_t>(n), static_cast<off_t>(start + done));
+        if (k < 0 && errno == EINTR) continue;
+        if (k <= 0)
+          fail(object, fmt::format("cannot read back: {}",
+                                   k < 0 ? detail::errno_text(errno) : "unexpected end of file"));
+        piece = {buf.data(), static_cast<size_t>(k)};
+      } else {
+        piece = f->source().bytes(start + done, n);
+      }
+      hash.update(piece);
+      done += piece.size();
+    }
+    if (hash.digest() != hashes[i])
+      fail(object, fmt::format("payload reads back with xxh3 {:016x}, wrote {:016x}", hash.digest(),
+                               hashes[i]));
+  }
+  return f;
+}
+
+WriteResult write_impl(const Plan& plan, const std::string& path, const WriteOptions& o) {
+  // The writer owns the split keys: stale ones from a source would describe another layout.
+  Metadata base = plan.metadata;
+  for (const char* k : {detail::kSplitNo, detail::kSplitCount, detail::kSplitTensors})
+    base.erase(k);
+  std::vector<const PlanTensor*> all;
+  for (const auto& t : plan.tensors) all.push_back(&t);
+  detail::validate_header(base, plan.version, all);
+  const auto shards = assign_shards(plan, base, path, o);
+
+  const auto inputs = input_identities(plan, o);
+  for (const auto& sh : shards) check_output_path(sh.path, inputs, o.force);
+
+  WriteResult result;
+  uint64_t total = 0;
+  for (const auto& sh : shards) total += sh.layout.file_size;
+  std::vector<std::unique_ptr<OutputFile>> outs;
+  try {
+    Streamer streamer(o, total);
+    std::vector<std::vector<uint64_t>> hashes(shards.size());
+    uint64_t base_bytes = 0;
+    for (size_t s = 0; s < shards.size(); ++s) {
+      const Shard& sh = shards[s];
+      outs.push_back(std::make_unique<OutputFile>(sh.path));
+      OutputFile& out = *outs.back();
+      streamer.start_file(out, base_bytes);
+      streamer.header(detail::encode_header(sh.metadata, plan.version, sh.tensors, sh.layout));
+      for (size_t i = 0; i < sh.tensors.size(); ++i) {
+        const PlanTensor& t = *sh.tensors[i];
+        const uint64_t end = sh.layout.data_offset + sh.layout.offsets[i] + t.bytes;
+        const uint64_t next = i + 1 < sh.tensors.size()
+                                  ? sh.layout.data_offset + sh.layout.offsets[i + 1]
+                                  : sh.layout.file_size;
+        hashes[s].push_back(streamer.payload(t, next - end));
+        result.tensors.push_back(
+            {t.name, s, sh.layout.data_offset + sh.layout.offsets[i], t.bytes, hashes[s].back()});
+      }
+      out.finish();
+      base_bytes += sh.layout.file_size;
+    }
+    streamer.finish();
+    if (o.verify) {
+      std::vector<std::shared_ptr<const GgufFile>> files;
+      for (size_t s = 0; s < shards.size(); ++s)
+        files.push_back(verify_file(*outs[s], shards[s], plan.version, hashes[s]));
+      try {
+        Model::from_files(std::move(files));
+      } catch (const Error& e) {
+        throw Error(shards[0].path, e.object(), e.offset(),
+                    fmt::format("verification failed: the written set does not open as a model: {}",
+                                e.message()));
+      }
+      result.verified = true;
+    }
+    for (auto& out : outs) out->commit();
+    detail::sync_parent_directory(path);
+  } catch (...) {
+    for (auto& out : outs) out->remove();
+    throw;
+  }
+  for (const auto& sh : shards) result.paths.push_back(sh.path);
+  result.bytes = total;
+  return result;
+}
+
+}  // namespace
+
+WriteResult write_plan(const Plan& plan, const std::string& path, const WriteOptions& options) {
+  try {
+    return write_impl(plan, path, options);
+  } catch (const Error& e) {
+    if (e.path().empty()) throw e.with_context(path);
+    throw;
+  } catch (const std::exception& e) {
+    throw Error(path, {}, std::nullopt, fmt::format("writing failed: {}", e.what()));
+  }
+}
+
+}  // namespace gguf

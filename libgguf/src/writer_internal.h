@@ -1,0 +1,100 @@
+// Internals shared by the writer's files (serialize.cpp, output_file.cpp, writer.cpp) and its
+// tests: plan validation, canonical layout, header bytes, and the temp-file output.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "gguf/plan.h"
+
+namespace gguf::detail {
+
+inline constexpr uint64_t kMaxAlignment = uint64_t{1} << 20;  // ggml refuses larger
+inline constexpr uint64_t kIoChunk = uint64_t{4} << 20;       // write()/pread buffer size
+
+// The three keys that describe a split set; the writer owns them.
+inline constexpr const char* kSplitNo = "split.no";
+inline constexpr const char* kSplitCount = "split.count";
+inline constexpr const char* kSplitTensors = "split.tensors.count";
+
+// general.alignment of metadata (default 32); throws when it is not a u32 power of two
+// within ggml's limit.
+uint64_t plan_alignment(const Metadata& metadata);
+
+// Checks keys, values, version, names, dims and payload sizes; throws gguf::Error naming the
+// key or tensor.
+void validate_header(const Metadata& metadata, uint32_t version,
+                     const std::vector<const PlanTensor*>& tensors);
+
+// Bytes of the encoded key/value section (without the fixed 24-byte preamble).
+uint64_t metadata_bytes(const Metadata& metadata);
+// Bytes of one encoded tensor info.
+uint64_t tensor_info_bytes(const PlanTensor& t);
+
+inline uint64_t pad_to(uint64_t n, uint64_t alignment) {
+  return (n + alignment - 1) / alignment * alignment;
+}
+
+// Where everything goes in one file laid out canonically.
+struct Layout {
+  uint64_t alignment = 32;
+  uint64_t data_offset = 0;       // header size, padded
+  std::vector<uint64_t> offsets;  // of each payload, relative to data_offset
+  uint64_t file_size = 0;         // data_offset + padded payloads
+};
+Layout layout_of(const Metadata& metadata, const std::vector<const PlanTensor*>& tensors);
+
+// The header (padded to the alignment) for an already-validated plan.
+std::vector<uint8_t> encode_header(const Metadata& metadata, uint32_t version,
+                                   const std::vector<const PlanTensor*>& tensors,
+                                   const Layout& layout);
+
+// strerror(err) with a lower-case first letter, as gguf::Error messages are spelled.
+std::string errno_text(int err);
+
+// A temp file (".<name>.tmp.XXXXXX") in the directory of the final path; commit() renames it
+// over the final path. Until then the final path is untouched, and the destructor removes
+// the temp file. Errors are gguf::Error naming the final path, the object being written and
+// the byte offset in the output.
+class OutputFile {
+ public:
+  explicit OutputFile(std::string final_path);
+  ~OutputFile();
+  OutputFile(const OutputFile&) = delete;
+  OutputFile& operator=(const OutputFile&) = delete;
+
+  const std::string& path() const { return final_; }
+  const std::string& temp_path() const { return temp_; }
+  uint64_t position() const { return pos_; }
+  // What is being written now, for messages (e.g. "tensor 'x'"); empty for the header.
+  void set_object(std::string object) { object_ = std::move(object); }
+
+  void write(std::span<const uint8_t> bytes);
+  void write_zeros(uint64_t n);
+  // Copies up to n bytes from src_fd at src_offset inside the kernel. Returns how many were
+  // copied: less than n when the kernel cannot copy between these files (EXDEV, EINVAL,
+  // ENOSYS, EOPNOTSUPP), so the caller writes the rest itself. Throws on I/O errors.
+  uint64_t copy_range(int src_fd, const std::string& src_name, uint64_t src_offset, uint64_t n);
+  // fsync and close; the file keeps its temp name.
+  void finish();
+  // Renames the temp file over the final path.
+  void commit();
+  // Removes what this object created: the temp file, or the final file after commit().
+  void remove() noexcept;
+
+ private:
+  [[noreturn]] void fail(const std::string& what, int err) const;
+
+  std::string final_, temp_, object_;
+  int fd_ = -1;
+  uint64_t pos_ = 0;
+  bool committed_ = false, removed_ = false;
+};
+
+// fsync of the directory holding path, so that a rename survives a crash.
+void sync_parent_directory(const std::string& path);
+
+}  // namespace gguf::detail
