@@ -1,0 +1,304 @@
+// k-quant codecs (q2_K..q8_K): hand-built blocks decoded independently of ggml, and
+// conformance with ggml's own library: encoder bytes and decoder float bits.
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include <bit>
+#include <cmath>
+#include <cstddef>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "codec_kquants_common.h"
+#include "distributions.h"
+#include "ggml_ref.h"
+#include "gguf/codecs.h"
+#include "gguf/fp16.h"
+
+namespace gguf {
+namespace {
+
+using testing::Dist;
+using testing::GgmlRef;
+
+std::vector<float> decode(GgmlType t, const std::vector<uint8_t>& bytes, size_t n) {
+  std::vector<float> out(n);
+  dequantize(t, bytes, out);
+  return out;
+}
+
+template <class Block>
+std::vector<uint8_t> bytes_of(const Block& b) {
+  std::vector<uint8_t> v(sizeof b);
+  std::memcpy(v.data(), &b, sizeof b);
+  return v;
+}
+
+// ---------------------------------------------------------------- ggml-independent tests
+
+TEST(kquants, nearest_int_rounds_half_to_even) {
+  using detail::kq::nearest_int;
+  EXPECT_EQ(nearest_int(0.5f), 0);
+  EXPECT_EQ(nearest_int(1.5f), 2);
+  EXPECT_EQ(nearest_int(2.5f), 2);
+  EXPECT_EQ(nearest_int(-0.5f), 0);
+  EXPECT_EQ(nearest_int(-1.5f), -2);
+  EXPECT_EQ(nearest_int(-2.4999f), -2);
+  EXPECT_EQ(nearest_int(4194303.0f), 4194303);
+}
+
+TEST(kquants, decodes_hand_built_q4_K_block) {
+  detail::kq::BlockQ4_K b{};
+  b.d = fp32_to_fp16(0.5f);
+  b.dmin = fp32_to_fp16(0.25f);
+  // Group j gets scale j+1 and min 2j; groups 4..7 need the split 6-bit encoding.
+  const uint8_t sc[8] = {1, 2, 3, 4, 37, 46, 55, 63};
+  const uint8_t mn[8] = {0, 2, 4, 6, 40, 50, 60, 33};
+  detail::kq::pack_scales_mins(sc, mn, b.scales);
+  for (int i = 0; i < 128; ++i) b.qs[i] = static_cast<uint8_t>((i % 16) | ((15 - i % 16) << 4));
+  const auto y = decode(GgmlType::Q4_K, bytes_of(b), 256);
+  for (int e = 0; e < 256; ++e) {
+    const int g = e / 32, l = e % 32;
+    const int q = (g % 2 == 0) ? l % 16 : 15 - l % 16;
+    const float expect = 0.5f * sc[g] * q - 0.25f * mn[g];
+    ASSERT_EQ(y[e], expect) << "element " << e;
+  }
+}
+
+TEST(kquants, decodes_hand_built_q6_K_block) {
+  detail::kq::BlockQ6_K b{};
+  b.d = fp32_to_fp16(0.125f);
+  for (int j = 0; j < 16; ++j) b.scales[j] = static_cast<int8_t>(j * 9 - 70);
+  // Element e gets the 6-bit code e % 64: low nibble in ql, top two bits in qh.
+  for (int e = 0; e < 256; ++e) {
+    const int code = e % 64, h = e / 128, plane = (e / 32) % 4, l = e % 32;
+    b.ql[64 * h + 32 * (plane % 2) + l] |= static_cast<uint8_t>((code & 0xF) << (4 * (plane / 2)));
+    b.qh[32 * h + l] |= static_cast<uint8_t>((code >> 4) << (2 * plane));
+  }
+  const auto y = decode(GgmlType::Q6_K, bytes_of(b), 256);
+  for (int e = 0; e < 256; ++e)
+    ASSERT_EQ(y[e],
+              0.125f * static_cast<float>((e / 16) * 9 - 70) * static_cast<float>(e % 64 - 32))
+        << "element " << e;
+}
+
+TEST(kquants, decodes_hand_built_q3_K_block) {
+  detail::kq::BlockQ3_K b{};
+  b.d = fp32_to_fp16(2.0f);
+  int ls[16];
+  for (int j = 0; j < 16; ++j) ls[j] = j * 4;  // signed scale 4j - 32
+  detail::kq::pack_q3_scales(ls, b.scales);
+  // Element e gets code e % 8 (value code - 4): bit 2 in hmask, the rest in qs planes.
+  for (int e = 0; e < 256; ++e) {
+    const int code = e % 8, h = e / 128, plane = (e / 32) % 4, l = e % 32;
+    b.qs[32 * h + l] |= static_cast<uint8_t>((code & 3) << (2 * plane));
+    if (code & 4) b.hmask[l] |= static_cast<uint8_t>(1u << (e / 32));
+  }
+  const auto y = decode(GgmlType::Q3_K, bytes_of(b), 256);
+  for (int e = 0; e < 256; ++e)
+    ASSERT_EQ(y[e], 2.0f * static_cast<float>(4 * (e / 16) - 32) * static_cast<float>(e % 8 - 4))
+        << "element " << e;
+}
+
+TEST(kquants, decodes_hand_built_q2_K_and_q8_K_blocks) {
+  detail::kq::BlockQ2_K b{};
+  b.d = fp32_to_fp16(1.0f);
+  b.dmin = fp32_to_fp16(0.5f);
+  for (int j = 0; j < 16; ++j) b.scales[j] = static_cast<uint8_t>((j % 16) | ((15 - j) << 4));
+  for (int e = 0; e < 256; ++e) {
+    const int h = e / 128, plane = (e / 32) % 4, l = e % 32;
+    b.qs[32 * h + l] |= static_cast<uint8_t>((e % 4) << (2 * plane));
+  }
+  const auto y = decode(GgmlType::Q2_K, bytes_of(b), 256);
+  for (int e = 0; e < 256; ++e) {
+    const int g = e / 16;
+    ASSERT_EQ(y[e], static_cast<float>(g * (e % 4)) - 0.5f * static_cast<float>(15 - g)) << e;
+  }
+
+  detail::kq::BlockQ8_K q8{};
+  q8.d = 0.75f;
+  for (int i = 0; i < 256; ++i) q8.qs[i] = static_cast<int8_t>(i - 128);
+  const auto z = decode(GgmlType::Q8_K, bytes_of(q8), 256);
+  for (int i = 0; i < 256; ++i) ASSERT_EQ(z[i], 0.75f * static_cast<float>(i - 128));
+}
+
+// Round trip error stays within what each bit width allows, so an encoder that packs the
+// right-looking bytes into the wrong places fails even without ggml.
+TEST(kquants, round_trip_error_shrinks_with_bits) {
+  const auto x = testing::make_rows(Dist::kUniform, 16, 256, 7);
+  const auto imp = testing::make_importance(256, 7);
+  const GgmlType types[] = {GgmlType::Q2_K, GgmlType::Q3_K, GgmlType::Q4_K,
+                            GgmlType::Q5_K, GgmlType::Q6_K, GgmlType::Q8_K};
+  const double limit[] = {0.20, 0.11, 0.05, 0.025, 0.012, 0.005};
+  for (int k = 0; k < 6; ++k) {
+    for (bool use_imp : {false, true}) {
+      SCOPED_TRACE(std::string(traits(types[k]).name) + (use_imp ? " imatrix" : ""));
+      std::vector<uint8_t> q(*row_bytes(types[k], 256) * 16);
+      quantize(types[k], x, 16, 256,
+               use_imp ? std::span<const float>(imp) : std::span<const float>{}, q);
+      const auto y = decode(types[k], q, x.size());
+      double se = 0;
+      for (size_t i = 0; i < x.size(); ++i) se += (x[i] - y[i]) * (x[i] - y[i]);
+      EXPECT_LT(std::sqrt(se / x.size()), limit[k]);
+    }
+  }
+}
+
+TEST(kquants, zero_rows_encode_to_zero_values) {
+  const std::vector<float> x(512, 0.0f);
+  for (GgmlType t : {GgmlType::Q2_K, GgmlType::Q3_K, GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K,
+                     GgmlType::Q8_K}) {
+    std::vector<uint8_t> q(*row_bytes(t, 512));
+    quantize(t, x, 1, 512, {}, q);
+    for (float v : decode(t, q, 512)) ASSERT_EQ(v, 0.0f) << traits(t).name;
+  }
+}
+
+// ---------------------------------------------------------------- conformance with ggml
+
+// Float bits, so NaN payloads and signed zeros count.
+std::string first_float_diff(const std::vector<float>& ours, const std::vector<float>& ref) {
+  for (size_t i = 0; i < ours.size(); ++i) {
+    const uint32_t a = std::bit_cast<uint32_t>(ours[i]), b = std::bit_cast<uint32_t>(ref[i]);
+    if (a != b)
+      return fmt::format("element {}: ours {} ({:#010x}), ggml {} ({:#010x})", i, ours[i], a,
+                         ref[i], b);
+  }
+  return {};
+}
+
+// Bytes block by block; `defined` says which bytes count (null: all).
+std::string first_byte_diff(const std::vector<uint8_t>& ours, const std::vector<uint8_t>& ref,
+                            size_t block_bytes, const std::vector<bool>* defined = nullptr) {
+  size_t bad_blocks = 0;
+  std::string first;
+  for (size_t b = 0; b * block_bytes < ours.size(); ++b) {
+    for (size_t k = 0; k < block_bytes; ++k) {
+      const size_t i = b * block_bytes + k;
+      if (defined && !(*defined)[i]) continue;
+      if (ours[i] != ref[i]) {
+        if (first.empty())
+          first =
+              fmt::format("block {} byte {}: ours {:#04x}, ggml {:#04x}", b, k, ours[i], ref[i]);
+        ++bad_blocks;
+        break;
+      }
+    }
+  }
+  if (first.empty()) return {};
+  return fmt::format("{} of {} blocks differ; first: {}", bad_blocks, ours.size() / block_bytes,
+                     first);
+}
+
+// ggml's q8_K reference leaves the bsums of an all-zero block unwritten.
+std::vector<bool> q8_K_defined_bytes(const std::vector<float>& x) {
+  using detail::kq::BlockQ8_K;
+  const size_t nblocks = x.size() / 256;
+  std::vector<bool> defined(nblocks * sizeof(BlockQ8_K), true);
+  for (size_t b = 0; b < nblocks; ++b) {
+    bool zero = true;
+    for (size_t i = 0; i < 256; ++i) zero = zero && x[b * 256 + i] == 0.0f;
+    if (!zero) continue;
+    for (size_t k = offsetof(BlockQ8_K, bsums); k < sizeof(BlockQ8_K); ++k)
+      defined[b * sizeof(BlockQ8_K) + k] = false;
+  }
+  return defined;
+}
+
+enum class Importance { kNone, kRandom, kZero };
+
+const char* importance_name(Importance m) {
+  switch (m) {
+    case Importance::kNone:
+      return "no imatrix";
+    case Importance::kRandom:
+      return "imatrix";
+    case Importance::kZero:
+      return "all-zero imatrix";
+  }
+  return "?";
+}
+
+struct Shape {
+  int64_t n_per_row, nrows;
+};
+// Row lengths 256, 512, 4096 and 11 blocks; short rows get more of them so each length
+// contributes a similar number of blocks.
+constexpr Shape kShapes[] = {{256, 160}, {512, 48}, {4096, 6}, {11 * 256, 8}};
+
+class KquantEncode : public ::testing::TestWithParam<GgmlType> {};
+
+TEST_P(KquantEncode, bytes_and_decoded_bits_match_ggml) {
+  GGUF_REQUIRE_GGML();
+  const GgmlRef& g = GgmlRef::get();
+  const GgmlType t = GetParam();
+  const int id = static_cast<int>(t);
+  const size_t block_bytes = traits(t).type_size;
+  int64_t rows_checked = 0;
+  uint64_t seed = 1;
+  for (Dist d : testing::all_dists()) {
+    for (const Shape& s : kShapes) {
+      for (Importance mode : {Importance::kNone, Importance::kRandom, Importance::kZero}) {
+        ++seed;
+        // ggml has no importance path for q8_K (an activation type).
+        if (t == GgmlType::Q8_K && mode != Importance::kNone) continue;
+        SCOPED_TRACE(fmt::format("{}, {} rows of {}, {}", testing::dist_name(d), s.nrows,
+                                 s.n_per_row, importance_name(mode)));
+        const auto x = testing::make_rows(d, s.nrows, s.n_per_row, seed);
+        std::vector<float> imp;
+        if (mode == Importance::kRandom) imp = testing::make_importance(s.n_per_row, seed);
+        if (mode == Importance::kZero) imp.assign(s.n_per_row, 0.0f);
+        const size_t nbytes = *row_bytes(t, s.n_per_row) * s.nrows;
+        std::vector<uint8_t> ours(nbytes), ref(nbytes, 0xAB);
+        quantize(t, x, s.nrows, s.n_per_row, imp, ours);
+        std::vector<bool> defined;
+        if (t == GgmlType::Q8_K) {
+          // Not reachable through ggml_quantize_chunk; its row function is the reference.
+          ASSERT_TRUE(g.quantize_row_ref(id, x.data(), ref.data(), x.size()));
+          defined = q8_K_defined_bytes(x);
+        } else {
+          ASSERT_EQ(g.quantize_chunk(id, x.data(), ref.data(), 0, s.nrows, s.n_per_row,
+                                     imp.empty() ? nullptr : imp.data()),
+                    nbytes);
+        }
+        const std::string bytes_diff =
+            first_byte_diff(ours, ref, block_bytes, defined.empty() ? nullptr : &defined);
+        EXPECT_TRUE(bytes_diff.empty()) << bytes_diff;
+        // Decoding ggml's bytes must give ggml's floats.
+        std::vector<float> ref_y(x.size());
+        ASSERT_TRUE(g.dequantize_row(id, ref.data(), ref_y.data(), x.size()));
+        const std::string float_diff = first_float_diff(decode(t, ref, x.size()), ref_y);
+        EXPECT_TRUE(float_diff.empty()) << float_diff;
+        if (!bytes_diff.empty() || !float_diff.empty()) return;  // one report per type
+        rows_checked += s.nrows;
+      }
+    }
+  }
+  RecordProperty("rows_checked", static_cast<int>(rows_checked));
+}
+
+// Arbitrary payloads (NaN/inf/subnormal scales included) decode to ggml's exact bits.
+TEST_P(KquantEncode, random_bytes_decode_like_ggml) {
+  GGUF_REQUIRE_GGML();
+  const GgmlRef& g = GgmlRef::get();
+  const GgmlType t = GetParam();
+  constexpr size_t kBlocks = 4096;
+  const auto bytes = testing::random_bytes(kBlocks * traits(t).type_size, 99 + traits(t).id);
+  std::vector<float> ref_y(kBlocks * 256);
+  ASSERT_TRUE(g.dequantize_row(static_cast<int>(t), bytes.data(), ref_y.data(), ref_y.size()));
+  const std::string diff = first_float_diff(decode(t, bytes, ref_y.size()), ref_y);
+  EXPECT_TRUE(diff.empty()) << diff;
+}
+
+std::string type_param_name(const ::testing::TestParamInfo<GgmlType>& info) {
+  return std::string(traits(info.param).name);
+}
+
+INSTANTIATE_TEST_SUITE_P(kquants, KquantEncode,
+                         ::testing::Values(GgmlType::Q2_K, GgmlType::Q3_K, GgmlType::Q4_K,
+                                           GgmlType::Q5_K, GgmlType::Q6_K, GgmlType::Q8_K),
+                         type_param_name);
+
+}  // namespace
+}  // namespace gguf
