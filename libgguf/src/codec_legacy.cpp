@@ -1,11 +1,14 @@
 // Codecs of the legacy family: q4_0, q4_1, q5_0, q5_1, q8_0, q8_1 (32-element blocks with an
 // fp16 scale and, for _1 types, an fp16 min or sum). Bytes and float bits match ggml's.
 #include <algorithm>
+#include <array>
 #include <bit>
 #include <cfloat>
 #include <cmath>
+#include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 #include "codec_registry.h"
 #include "gguf/fp16.h"
@@ -52,89 +55,116 @@ static_assert(sizeof(BlockQ5_1) == 24);
 static_assert(sizeof(BlockQ8_0) == 34);
 static_assert(sizeof(BlockQ8_1) == 36);
 
-// Payloads are byte streams without alignment: blocks are copied in and out, never cast.
+// Payloads are byte streams without alignment: fields are copied in and out with memcpy at
+// their offsetof() positions, never read through a cast pointer. Copying the quants into a
+// local array first also lets GCC vectorise (a uint8_t* could alias the float output).
 template <typename B>
-B load_block(const uint8_t* src, int64_t i) {
-  B b;
-  std::memcpy(&b, src + i * static_cast<int64_t>(sizeof(B)), sizeof(B));
-  return b;
+const uint8_t* block_at(const uint8_t* src, int64_t i) {
+  return src + i * static_cast<int64_t>(sizeof(B));
 }
 template <typename B>
-void store_block(uint8_t* dst, int64_t i, const B& b) {
-  std::memcpy(dst + i * static_cast<int64_t>(sizeof(B)), &b, sizeof(B));
+uint8_t* block_at(uint8_t* dst, int64_t i) {
+  return dst + i * static_cast<int64_t>(sizeof(B));
 }
-
-uint32_t load_qh(const uint8_t (&qh)[4]) {
-  uint32_t v;
-  std::memcpy(&v, qh, sizeof(v));
+template <typename T>
+T load(const uint8_t* p) {
+  T v;
+  std::memcpy(&v, p, sizeof(T));
   return v;
 }
-void store_qh(uint8_t (&qh)[4], uint32_t v) { std::memcpy(qh, &v, sizeof(v)); }
+template <typename T>
+void store(uint8_t* p, const T& v) {
+  std::memcpy(p, &v, sizeof(T));
+}
+float load_half(const uint8_t* p) { return fp16_to_fp32(load<uint16_t>(p)); }
+void store_half(uint8_t* p, float f) { store(p, fp32_to_fp16(f)); }
 
 // ---------------------------------------------------------------------------------------------
 // Decoders: code * d (+ m), computed in that order so NaN/inf scales give ggml's bits.
 
 void decode_q4_0(const uint8_t* src, float* dst, int64_t n) {
   for (int64_t i = 0; i < n / kQK; ++i, dst += kQK) {
-    const auto b = load_block<BlockQ4_0>(src, i);
-    const float d = fp16_to_fp32(b.d);
+    const uint8_t* b = block_at<BlockQ4_0>(src, i);
+    const float d = load_half(b + offsetof(BlockQ4_0, d));
+    const auto qs = load<std::array<uint8_t, 16>>(b + offsetof(BlockQ4_0, qs));
     for (int j = 0; j < kHalf; ++j) {
-      dst[j] = static_cast<float>((b.qs[j] & 0xF) - 8) * d;
-      dst[j + kHalf] = static_cast<float>((b.qs[j] >> 4) - 8) * d;
+      dst[j] = static_cast<float>((qs[j] & 0xF) - 8) * d;
+      dst[j + kHalf] = static_cast<float>((qs[j] >> 4) - 8) * d;
     }
   }
 }
 
 void decode_q4_1(const uint8_t* src, float* dst, int64_t n) {
   for (int64_t i = 0; i < n / kQK; ++i, dst += kQK) {
-    const auto b = load_block<BlockQ4_1>(src, i);
-    const float d = fp16_to_fp32(b.d), m = fp16_to_fp32(b.m);
+    const uint8_t* b = block_at<BlockQ4_1>(src, i);
+    const float d = load_half(b + offsetof(BlockQ4_1, d));
+    const float m = load_half(b + offsetof(BlockQ4_1, m));
+    const auto qs = load<std::array<uint8_t, 16>>(b + offsetof(BlockQ4_1, qs));
     for (int j = 0; j < kHalf; ++j) {
-      dst[j] = static_cast<float>(b.qs[j] & 0xF) * d + m;
-      dst[j + kHalf] = static_cast<float>(b.qs[j] >> 4) * d + m;
+      dst[j] = static_cast<float>(qs[j] & 0xF) * d + m;
+      dst[j + kHalf] = static_cast<float>(qs[j] >> 4) * d + m;
     }
   }
 }
 
+// Four bits of qh spread to four bytes holding 0x10 where the bit is set (little-endian u32).
+constexpr std::array<uint32_t, 16> kHighBits = [] {
+  std::array<uint32_t, 16> t{};
+  for (uint32_t v = 0; v < 16; ++v)
+    for (uint32_t k = 0; k < 4; ++k) t[v] |= ((v >> k) & 1u) << (8 * k + 4);
+  return t;
+}();
+
+// Five-bit codes: low nibbles from qs, bit j of the u32 qh completes element j.
+std::array<uint8_t, kQK> unpack_5bit(const uint8_t* qs_bytes, uint32_t qh) {
+  const auto qs = load<std::array<uint8_t, 16>>(qs_bytes);
+  std::array<uint32_t, kQK / 4> high_words;
+  for (int k = 0; k < kQK / 4; ++k) high_words[k] = kHighBits[(qh >> (4 * k)) & 0xF];
+  const auto high = std::bit_cast<std::array<uint8_t, kQK>>(high_words);
+  std::array<uint8_t, kQK> c;
+  for (int j = 0; j < kHalf; ++j) {
+    c[j] = static_cast<uint8_t>((qs[j] & 0xF) | high[j]);
+    c[j + kHalf] = static_cast<uint8_t>((qs[j] >> 4) | high[j + kHalf]);
+  }
+  return c;
+}
+
 void decode_q5_0(const uint8_t* src, float* dst, int64_t n) {
   for (int64_t i = 0; i < n / kQK; ++i, dst += kQK) {
-    const auto b = load_block<BlockQ5_0>(src, i);
-    const float d = fp16_to_fp32(b.d);
-    const uint32_t qh = load_qh(b.qh);
-    for (int j = 0; j < kHalf; ++j) {
-      const int lo = (b.qs[j] & 0xF) | static_cast<int>(((qh >> j) & 1) << 4);
-      const int hi = (b.qs[j] >> 4) | static_cast<int>(((qh >> (j + kHalf)) & 1) << 4);
-      dst[j] = static_cast<float>(lo - 16) * d;
-      dst[j + kHalf] = static_cast<float>(hi - 16) * d;
-    }
+    const uint8_t* b = block_at<BlockQ5_0>(src, i);
+    const float d = load_half(b + offsetof(BlockQ5_0, d));
+    const auto c =
+        unpack_5bit(b + offsetof(BlockQ5_0, qs), load<uint32_t>(b + offsetof(BlockQ5_0, qh)));
+    for (int j = 0; j < kQK; ++j) dst[j] = static_cast<float>(c[j] - 16) * d;
   }
 }
 
 void decode_q5_1(const uint8_t* src, float* dst, int64_t n) {
   for (int64_t i = 0; i < n / kQK; ++i, dst += kQK) {
-    const auto b = load_block<BlockQ5_1>(src, i);
-    const float d = fp16_to_fp32(b.d), m = fp16_to_fp32(b.m);
-    const uint32_t qh = load_qh(b.qh);
-    for (int j = 0; j < kHalf; ++j) {
-      const int lo = (b.qs[j] & 0xF) | static_cast<int>(((qh >> j) & 1) << 4);
-      const int hi = (b.qs[j] >> 4) | static_cast<int>(((qh >> (j + kHalf)) & 1) << 4);
-      dst[j] = static_cast<float>(lo) * d + m;
-      dst[j + kHalf] = static_cast<float>(hi) * d + m;
-    }
+    const uint8_t* b = block_at<BlockQ5_1>(src, i);
+    const float d = load_half(b + offsetof(BlockQ5_1, d));
+    const float m = load_half(b + offsetof(BlockQ5_1, m));
+    const auto c =
+        unpack_5bit(b + offsetof(BlockQ5_1, qs), load<uint32_t>(b + offsetof(BlockQ5_1, qh)));
+    for (int j = 0; j < kQK; ++j) dst[j] = static_cast<float>(c[j]) * d + m;
   }
 }
 
 template <typename B>
-void decode_q8(const uint8_t* src, float* dst, int64_t n) {
+void decode_q8(const uint8_t* __restrict src, float* __restrict dst, int64_t n) {
   for (int64_t i = 0; i < n / kQK; ++i, dst += kQK) {
-    const auto b = load_block<B>(src, i);
-    const float d = fp16_to_fp32(b.d);
-    for (int j = 0; j < kQK; ++j) dst[j] = static_cast<float>(b.qs[j]) * d;
+    const uint8_t* b = block_at<B>(src, i);
+    const float d = load_half(b + offsetof(B, d));
+    // Byte-typed (alignment 1), so reading through it is fine; restrict lets it vectorise.
+    const auto* qs = reinterpret_cast<const int8_t*>(b + offsetof(B, qs));
+    for (int j = 0; j < kQK; ++j) dst[j] = static_cast<float>(qs[j]) * d;
   }
 }
 
 // ---------------------------------------------------------------------------------------------
 // Plain encoders (ggml's quantize_row_*_ref, which ggml_quantize_chunk uses without weights).
+// The block statistics are computed lane-wise so that they vectorise, then corrected where
+// ggml's sequential scan would pick a different element (ties of sign, zeros, NaNs).
 
 // ggml turns floats into codes with x86's truncating conversion, which gives INT32_MIN for NaN,
 // infinities and out-of-range values, and then keeps the low byte: 0, as for a 0 input.
@@ -151,33 +181,94 @@ inline int8_t round_low_byte(float v) {
   return static_cast<int8_t>(t);
 }
 
-// The element of largest magnitude, the first one on ties (ggml scans with a strict <); +0
-// when all elements are zero or NaN.
-float signed_absmax(const float* x) {
-  float amax = 0.0f, max = 0.0f;
-  for (int j = 0; j < kQK; ++j) {
-    const float a = std::fabs(x[j]);
-    if (amax < a) {
-      amax = a;
-      max = x[j];
+constexpr int kLanes = 4;  // one SSE register of partial results
+
+// Largest |x|, skipping NaNs; 0 when every element is zero or NaN.
+float abs_max(const float* x) {
+  float lane[kLanes] = {};
+  for (int j = 0; j < kQK; j += kLanes) {
+    for (int k = 0; k < kLanes; ++k) {
+      const float a = std::fabs(x[j + k]);
+      lane[k] = lane[k] < a ? a : lane[k];
     }
   }
-  return max;
+  float amax = 0.0f;
+  for (const float l : lane) amax = amax < l ? l : amax;
+  return amax;
 }
 
-// Smallest and largest element, first occurrence on ties (so the sign of a zero is the first
-// zero's); NaNs are skipped, and an all-NaN block gives (FLT_MAX, -FLT_MAX) as in ggml.
-void min_max(const float* x, float& min, float& max) {
-  min = FLT_MAX;
-  max = -FLT_MAX;
-  for (int j = 0; j < kQK; ++j) {
-    if (x[j] < min) min = x[j];
-    if (x[j] > max) max = x[j];
+// The element of largest magnitude, the first one on ties (ggml scans with a strict <); +0
+// when all elements are zero or NaN. Only a block reaching amax with both signs needs the
+// scan for the first one.
+float signed_absmax(const float* x) {
+  const float amax = abs_max(x);
+  if (amax == 0.0f) return 0.0f;
+  int32_t pos[kLanes] = {}, neg[kLanes] = {};
+  for (int j = 0; j < kQK; j += kLanes) {
+    for (int k = 0; k < kLanes; ++k) {
+      pos[k] |= x[j + k] == amax ? 1 : 0;
+      neg[k] |= x[j + k] == -amax ? 1 : 0;
+    }
   }
+  int32_t any_pos = 0, any_neg = 0;
+  for (int k = 0; k < kLanes; ++k) {
+    any_pos |= pos[k];
+    any_neg |= neg[k];
+  }
+  if (!any_neg) return amax;
+  if (!any_pos) return -amax;
+  int j = 0;
+  while (std::fabs(x[j]) != amax) ++j;
+  return x[j];
 }
 
-// ggml's MAX(amax, |v|) keeps a NaN |v| until the next element replaces it.
+struct Range {
+  float min, max;
+};
+
+// Smallest and largest element as ggml's scan finds them: NaNs skipped, (FLT_MAX, -FLT_MAX)
+// for an all-NaN block, and the first occurrence on ties, which only matters for the sign of
+// a zero extreme.
+Range min_max(const float* x) {
+  float lo[kLanes], hi[kLanes];
+  std::fill(lo, lo + kLanes, FLT_MAX);
+  std::fill(hi, hi + kLanes, -FLT_MAX);
+  for (int j = 0; j < kQK; j += kLanes) {
+    for (int k = 0; k < kLanes; ++k) {
+      const float v = x[j + k];
+      lo[k] = v < lo[k] ? v : lo[k];
+      hi[k] = v > hi[k] ? v : hi[k];
+    }
+  }
+  Range r{FLT_MAX, -FLT_MAX};
+  for (int k = 0; k < kLanes; ++k) {
+    r.min = lo[k] < r.min ? lo[k] : r.min;
+    r.max = hi[k] > r.max ? hi[k] : r.max;
+  }
+  if (r.min == 0.0f || r.max == 0.0f) {
+    int j = 0;
+    while (x[j] != 0.0f) ++j;
+    if (r.min == 0.0f) r.min = x[j];
+    if (r.max == 0.0f) r.max = x[j];
+  }
+  return r;
+}
+
+bool has_nan(const float* x) {
+  uint32_t nan[kLanes] = {};
+  for (int j = 0; j < kQK; j += kLanes) {
+    for (int k = 0; k < kLanes; ++k)
+      nan[k] |= (std::bit_cast<uint32_t>(x[j + k]) & 0x7FFFFFFFu) > 0x7F800000u ? 1u : 0u;
+  }
+  uint32_t any = 0;
+  for (int k = 0; k < kLanes; ++k) any |= nan[k];
+  return any != 0;
+}
+
+// ggml's MAX(amax, |v|) keeps a NaN |v| until the next element replaces it; blocks with NaNs
+// take that sequential path, others the lane-wise one.
 float q8_absmax(const float* x) {
+  if (!has_nan(x)) return abs_max(x);
   float amax = 0.0f;
   for (int j = 0; j < kQK; ++j) {
     const float a = std::fabs(x[j]);
@@ -186,91 +277,88 @@ float q8_absmax(const float* x) {
   return amax;
 }
 
+using Codes = std::array<uint8_t, kQK>;
+
 // q4_0 and q5_0: code = min(levels-1, trunc(x/d + levels/2 + 0.5)) with d = -max/(levels/2).
 template <int kLevels>
-void symmetric_codes(const float* x, uint8_t* codes, float& d) {
+float symmetric_codes(const float* x, Codes& codes) {
   constexpr float kBias = kLevels / 2 + 0.5f;
-  const float max = signed_absmax(x);
-  d = max / static_cast<float>(-kLevels / 2);
+  const float d = signed_absmax(x) / static_cast<float>(-kLevels / 2);
   const float id = d != 0.0f ? 1.0f / d : 0.0f;
   for (int j = 0; j < kQK; ++j)
     codes[j] = static_cast<uint8_t>(std::min<int>(kLevels - 1, trunc_low_byte(x[j] * id + kBias)));
+  return d;
 }
 
 // q4_1 and q5_1: code = trunc((x - min)/d + 0.5) with d = (max - min)/(levels-1); q4_1 also
 // clamps to 15, q5_1 relies on the range.
 template <int kLevels>
-void affine_codes(const float* x, uint8_t* codes, float& d, float& min) {
-  float max;
-  min_max(x, min, max);
-  d = (max - min) / static_cast<float>(kLevels - 1);
+float affine_codes(const float* x, Codes& codes, float& min) {
+  const Range r = min_max(x);
+  const float d = (r.max - r.min) / static_cast<float>(kLevels - 1);
   const float id = d != 0.0f ? 1.0f / d : 0.0f;
   for (int j = 0; j < kQK; ++j) {
-    const int8_t c = trunc_low_byte((x[j] - min) * id + 0.5f);
+    const int8_t c = trunc_low_byte((x[j] - r.min) * id + 0.5f);
     codes[j] = kLevels == 16 ? static_cast<uint8_t>(std::min<int>(15, c)) : static_cast<uint8_t>(c);
   }
+  min = r.min;
+  return d;
 }
 
-void pack_nibbles(const uint8_t* codes, uint8_t* qs) {
+void store_nibbles(const Codes& codes, uint8_t* dst) {
+  std::array<uint8_t, kHalf> qs;
   for (int j = 0; j < kHalf; ++j) qs[j] = static_cast<uint8_t>(codes[j] | (codes[j + kHalf] << 4));
+  store(dst, qs);
 }
-void pack_5bit(const uint8_t* codes, uint8_t* qs, uint8_t (&qh)[4]) {
-  uint32_t h = 0;
+void store_5bit(const Codes& codes, uint8_t* qs_dst, uint8_t* qh_dst) {
+  std::array<uint8_t, kHalf> qs;
+  uint32_t qh = 0;
   for (int j = 0; j < kHalf; ++j) {
     qs[j] = static_cast<uint8_t>((codes[j] & 0xF) | ((codes[j + kHalf] & 0xF) << 4));
-    h |= static_cast<uint32_t>((codes[j] >> 4) & 1) << j;
-    h |= static_cast<uint32_t>((codes[j + kHalf] >> 4) & 1) << (j + kHalf);
+    qh |= static_cast<uint32_t>((codes[j] >> 4) & 1) << j;
+    qh |= static_cast<uint32_t>((codes[j + kHalf] >> 4) & 1) << (j + kHalf);
   }
-  store_qh(qh, h);
+  store(qs_dst, qs);
+  store(qh_dst, qh);
 }
 
 void encode_plain_q4_0(const float* x, uint8_t* dst, int64_t nblocks) {
   for (int64_t i = 0; i < nblocks; ++i, x += kQK) {
-    uint8_t codes[kQK];
-    float d;
-    symmetric_codes<16>(x, codes, d);
-    BlockQ4_0 b;
-    b.d = fp32_to_fp16(d);
-    pack_nibbles(codes, b.qs);
-    store_block(dst, i, b);
+    uint8_t* b = block_at<BlockQ4_0>(dst, i);
+    Codes codes;
+    store_half(b + offsetof(BlockQ4_0, d), symmetric_codes<16>(x, codes));
+    store_nibbles(codes, b + offsetof(BlockQ4_0, qs));
   }
 }
 
 void encode_plain_q5_0(const float* x, uint8_t* dst, int64_t nblocks) {
   for (int64_t i = 0; i < nblocks; ++i, x += kQK) {
-    uint8_t codes[kQK];
-    float d;
-    symmetric_codes<32>(x, codes, d);
-    BlockQ5_0 b;
-    b.d = fp32_to_fp16(d);
-    pack_5bit(codes, b.qs, b.qh);
-    store_block(dst, i, b);
+    uint8_t* b = block_at<BlockQ5_0>(dst, i);
+    Codes codes;
+    store_half(b + offsetof(BlockQ5_0, d), symmetric_codes<32>(x, codes));
+    store_5bit(codes, b + offsetof(BlockQ5_0, qs), b + offsetof(BlockQ5_0, qh));
   }
 }
 
 void encode_plain_q4_1(const float* x, uint8_t* dst, int64_t nblocks) {
   for (int64_t i = 0; i < nblocks; ++i, x += kQK) {
-    uint8_t codes[kQK];
-    float d, min;
-    affine_codes<16>(x, codes, d, min);
-    BlockQ4_1 b;
-    b.d = fp32_to_fp16(d);
-    b.m = fp32_to_fp16(min);
-    pack_nibbles(codes, b.qs);
-    store_block(dst, i, b);
+    uint8_t* b = block_at<BlockQ4_1>(dst, i);
+    Codes codes;
+    float min;
+    store_half(b + offsetof(BlockQ4_1, d), affine_codes<16>(x, codes, min));
+    store_half(b + offsetof(BlockQ4_1, m), min);
+    store_nibbles(codes, b + offsetof(BlockQ4_1, qs));
   }
 }
 
 void encode_plain_q5_1(const float* x, uint8_t* dst, int64_t nblocks) {
   for (int64_t i = 0; i < nblocks; ++i, x += kQK) {
-    uint8_t codes[kQK];
-    float d, min;
-    affine_codes<32>(x, codes, d, min);
-    BlockQ5_1 b;
-    b.d = fp32_to_fp16(d);
-    b.m = fp32_to_fp16(min);
-    pack_5bit(codes, b.qs, b.qh);
-    store_block(dst, i, b);
+    uint8_t* b = block_at<BlockQ5_1>(dst, i);
+    Codes codes;
+    float min;
+    store_half(b + offsetof(BlockQ5_1, d), affine_codes<32>(x, codes, min));
+    store_half(b + offsetof(BlockQ5_1, m), min);
+    store_5bit(codes, b + offsetof(BlockQ5_1, qs), b + offsetof(BlockQ5_1, qh));
   }
 }
 
@@ -279,17 +367,18 @@ template <typename B>
 void encode_q8(const float* x, uint8_t* dst, int64_t nrows, int64_t n_per_row, const float*) {
   const int64_t nblocks = nrows * n_per_row / kQK;
   for (int64_t i = 0; i < nblocks; ++i, x += kQK) {
+    uint8_t* b = block_at<B>(dst, i);
     const float d = q8_absmax(x) / 127.0f;
     const float id = d != 0.0f ? 1.0f / d : 0.0f;
-    B b;
-    b.d = fp32_to_fp16(d);
-    int sum = 0;
-    for (int j = 0; j < kQK; ++j) {
-      b.qs[j] = round_low_byte(x[j] * id);
-      sum += b.qs[j];
+    std::array<int8_t, kQK> qs;
+    for (int j = 0; j < kQK; ++j) qs[j] = round_low_byte(x[j] * id);
+    store_half(b + offsetof(B, d), d);
+    store(b + offsetof(B, qs), qs);
+    if constexpr (std::is_same_v<B, BlockQ8_1>) {
+      int sum = 0;
+      for (int j = 0; j < kQK; ++j) sum += qs[j];
+      store_half(b + offsetof(B, s), static_cast<float>(sum) * d);
     }
-    if constexpr (std::is_same_v<B, BlockQ8_1>) b.s = fp32_to_fp16(static_cast<float>(sum) * d);
-    store_block(dst, i, b);
   }
 }
 
@@ -307,7 +396,7 @@ inline int nearest_int(float v) {
 
 // Symmetric codes l + nmax, l in [-nmax, nmax-1], scale chosen among 1/iscale for iscale =
 // -(nmax + k/10)/max, k = 0, -9..9, by the weighted fit sum(w x l)^2 / sum(w l^2).
-float search_symmetric(const float* x, const float* w, int nmax, uint8_t* codes) {
+float search_symmetric(const float* x, const float* w, int nmax, Codes& codes) {
   float amax = 0.0f, max = 0.0f;
   for (int i = 0; i < kQK; ++i) {
     const float ax = std::fabs(x[i]);
@@ -317,7 +406,7 @@ float search_symmetric(const float* x, const float* w, int nmax, uint8_t* codes)
     }
   }
   if (amax < 1e-15f) {
-    std::fill(codes, codes + kQK, uint8_t{0});
+    codes.fill(0);
     return 0.0f;
   }
   const auto code = [nmax](float iscale, float xi) {
@@ -354,7 +443,7 @@ float search_symmetric(const float* x, const float* w, int nmax, uint8_t* codes)
 // Affine codes in [0, nmax] with value scale * l - neg_min, min <= 0: starts from the block's
 // range, then tries 37 scales (nmax - 0.9 + 0.05 k)/(max - min) with a weighted least-squares
 // scale and min, keeping the lowest weighted squared error.
-float search_affine(const float* x, const float* w, int nmax, uint8_t* codes, float& neg_min) {
+float search_affine(const float* x, const float* w, int nmax, Codes& codes, float& neg_min) {
   float min = x[0], max = x[0];
   float sum_w = w[0], sum_x = sum_w * x[0];
   for (int i = 1; i < kQK; ++i) {
@@ -365,7 +454,7 @@ float search_affine(const float* x, const float* w, int nmax, uint8_t* codes, fl
   }
   if (min > 0.0f) min = 0.0f;
   if (max <= min) {
-    std::fill(codes, codes + kQK, uint8_t{0});
+    codes.fill(0);
     neg_min = -min;
     return 0.0f;
   }
@@ -382,7 +471,7 @@ float search_affine(const float* x, const float* w, int nmax, uint8_t* codes, fl
   }
   for (int is = 0; is <= 36; ++is) {
     iscale = (-0.9f + 0.05f * static_cast<float>(is) + static_cast<float>(nmax)) / (max - min);
-    uint8_t trial[kQK];
+    Codes trial;
     float sum_l = 0.0f, sum_l2 = 0.0f, sum_xl = 0.0f;
     for (int i = 0; i < kQK; ++i) {
       const int l = code(iscale, x[i], min);
@@ -406,7 +495,7 @@ float search_affine(const float* x, const float* w, int nmax, uint8_t* codes, fl
         err += w[i] * (diff * diff);
       }
       if (err < best_err) {
-        std::copy(trial, trial + kQK, codes);
+        codes = trial;
         best_err = err;
         scale = this_scale;
         min = this_min;
@@ -428,49 +517,38 @@ float row_mean_square(const float* x, int64_t n) {
   return sum / static_cast<float>(n);
 }
 
-template <int kType>  // 0: q4_0, 1: q4_1, 2: q5_0, 3: q5_1
+template <typename B>
+constexpr bool kAffine = std::is_same_v<B, BlockQ4_1> || std::is_same_v<B, BlockQ5_1>;
+template <typename B>
+constexpr bool kFiveBit = std::is_same_v<B, BlockQ5_0> || std::is_same_v<B, BlockQ5_1>;
+
+template <typename B>
 void encode_weighted_row(const float* x, uint8_t* dst, int64_t n, const float* imatrix) {
   const float sigma2 = row_mean_square(x, n);
   for (int64_t i = 0; i < n / kQK; ++i) {
     const float* xb = x + i * kQK;
+    uint8_t* b = block_at<B>(dst, i);
     float w[kQK];
     block_weights(xb, imatrix + i * kQK, sigma2, w);
-    uint8_t codes[kQK];
-    if constexpr (kType == 0 || kType == 2) {
-      const float d = search_symmetric(xb, w, kType == 0 ? 8 : 16, codes);
-      if constexpr (kType == 0) {
-        BlockQ4_0 b;
-        b.d = fp32_to_fp16(d);
-        pack_nibbles(codes, b.qs);
-        store_block(dst, i, b);
-      } else {
-        BlockQ5_0 b;
-        b.d = fp32_to_fp16(d);
-        pack_5bit(codes, b.qs, b.qh);
-        store_block(dst, i, b);
-      }
-    } else {
+    Codes codes;
+    float d;
+    if constexpr (kAffine<B>) {
       float neg_min;
-      const float d = search_affine(xb, w, kType == 1 ? 15 : 31, codes, neg_min);
-      if constexpr (kType == 1) {
-        BlockQ4_1 b;
-        b.d = fp32_to_fp16(d);
-        b.m = fp32_to_fp16(-neg_min);
-        pack_nibbles(codes, b.qs);
-        store_block(dst, i, b);
-      } else {
-        BlockQ5_1 b;
-        b.d = fp32_to_fp16(d);
-        b.m = fp32_to_fp16(-neg_min);
-        pack_5bit(codes, b.qs, b.qh);
-        store_block(dst, i, b);
-      }
+      d = search_affine(xb, w, kFiveBit<B> ? 31 : 15, codes, neg_min);
+      store_half(b + offsetof(B, m), -neg_min);
+    } else {
+      d = search_symmetric(xb, w, kFiveBit<B> ? 16 : 8, codes);
     }
+    store_half(b + offsetof(B, d), d);
+    if constexpr (kFiveBit<B>)
+      store_5bit(codes, b + offsetof(B, qs), b + offsetof(B, qh));
+    else
+      store_nibbles(codes, b + offsetof(B, qs));
   }
 }
 
 // Without importance the rows are one stream of blocks; with it each row has its own sigma2.
-template <int kType, void (*kPlain)(const float*, uint8_t*, int64_t), typename B>
+template <typename B, void (*kPlain)(const float*, uint8_t*, int64_t)>
 void encode_legacy(const float* src, uint8_t* dst, int64_t nrows, int64_t n_per_row,
                    const float* imatrix) {
   if (!imatrix) {
@@ -479,16 +557,16 @@ void encode_legacy(const float* src, uint8_t* dst, int64_t nrows, int64_t n_per_
   }
   const int64_t row_bytes = n_per_row / kQK * static_cast<int64_t>(sizeof(B));
   for (int64_t r = 0; r < nrows; ++r)
-    encode_weighted_row<kType>(src + r * n_per_row, dst + r * row_bytes, n_per_row, imatrix);
+    encode_weighted_row<B>(src + r * n_per_row, dst + r * row_bytes, n_per_row, imatrix);
 }
 
 }  // namespace
 
 void register_legacy_codecs(CodecTable& t) {
-  entry(t, GgmlType::Q4_0) = {decode_q4_0, encode_legacy<0, encode_plain_q4_0, BlockQ4_0>};
-  entry(t, GgmlType::Q4_1) = {decode_q4_1, encode_legacy<1, encode_plain_q4_1, BlockQ4_1>};
-  entry(t, GgmlType::Q5_0) = {decode_q5_0, encode_legacy<2, encode_plain_q5_0, BlockQ5_0>};
-  entry(t, GgmlType::Q5_1) = {decode_q5_1, encode_legacy<3, encode_plain_q5_1, BlockQ5_1>};
+  entry(t, GgmlType::Q4_0) = {decode_q4_0, encode_legacy<BlockQ4_0, encode_plain_q4_0>};
+  entry(t, GgmlType::Q4_1) = {decode_q4_1, encode_legacy<BlockQ4_1, encode_plain_q4_1>};
+  entry(t, GgmlType::Q5_0) = {decode_q5_0, encode_legacy<BlockQ5_0, encode_plain_q5_0>};
+  entry(t, GgmlType::Q5_1) = {decode_q5_1, encode_legacy<BlockQ5_1, encode_plain_q5_1>};
   entry(t, GgmlType::Q8_0) = {decode_q8<BlockQ8_0>, encode_q8<BlockQ8_0>};
   entry(t, GgmlType::Q8_1) = {decode_q8<BlockQ8_1>, encode_q8<BlockQ8_1>};
 }
