@@ -1,0 +1,182 @@
+// gguf-inspect: the report (library) and the binary (golden CLI tests).
+#include "gguf/inspect.h"
+
+#include <gtest/gtest.h>
+#include <xxhash.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "cli_run.h"
+#include "gguf/synth.h"
+#include "gguf/writer.h"
+
+namespace gguf {
+namespace {
+
+using testing::run_cli;
+using testing::TempDir;
+
+MoeSpec small_spec() {
+  MoeSpec s;
+  s.n_layers = 3;
+  s.n_experts = 4;
+  s.vocab = 300;
+  return s;
+}
+
+std::string write_model(const TempDir& dir, const std::string& name, const MoeSpec& spec,
+                        uint64_t split_max_tensors = 0) {
+  WriteOptions wo;
+  wo.split_max_tensors = split_max_tensors;
+  const auto r = write_plan(synth_moe_plan(spec), dir.file(name), wo);
+  return r.paths.front();
+}
+
+TEST(inspect, report_groups_by_type_role_and_layer) {
+  TempDir dir;
+  const std::string path = write_model(dir, "m.gguf", uniform_types(small_spec(), GgmlType::F16));
+  const Model m = Model::open(path);
+  const InspectReport r = inspect(m, {});
+  EXPECT_EQ(r.tensors.size(), m.tensors().size());
+  EXPECT_EQ(r.architecture, "deepseek2");
+  uint64_t role_tensors = 0, layer_tensors = 0, type_bytes = 0;
+  for (const auto& g : r.by_role) role_tensors += g.tensors;
+  for (const auto& g : r.by_layer) layer_tensors += g.tensors;
+  for (const auto& g : r.by_type) type_bytes += g.bytes;
+  EXPECT_EQ(role_tensors, r.tensors.size());
+  EXPECT_EQ(layer_tensors, r.tensors.size());
+  EXPECT_EQ(type_bytes, r.tensor_bytes);
+  // 2 MoE layers (layer 0 is dense), 3 routed tensors each, 4 experts of 256x256.
+  const auto routed = std::find_if(r.by_role.begin(), r.by_role.end(),
+                                   [](const auto& g) { return g.key == "routed-gate"; });
+  ASSERT_NE(routed, r.by_role.end());
+  EXPECT_EQ(routed->tensors, 2u);
+  EXPECT_EQ(routed->params, 2u * 256 * 256 * 4);
+  EXPECT_EQ(r.by_layer.back().key, "-");
+  for (size_t i = 0; i < r.tensors.size(); ++i) {
+    EXPECT_EQ(r.tensors[i].offset, m.tensors()[i].data_start());
+  }
+}
+
+TEST(inspect, hashes_equal_xxh3_of_payload) {
+  TempDir dir;
+  const std::string path = write_model(dir, "m.gguf", small_spec());
+  const Model m = Model::open(path);
+  InspectOptions o;
+  o.hashes = true;
+  o.threads = 2;
+  const InspectReport r = inspect(m, o);
+  std::ifstream in(path, std::ios::binary);
+  const std::string bytes((std::istreambuf_iterator<char>(in)), {});
+  for (const auto& t : r.tensors) {
+    ASSERT_TRUE(t.xxh3);
+    EXPECT_EQ(*t.xxh3, XXH3_64bits(bytes.data() + t.offset, *t.bytes)) << t.name;
+  }
+}
+
+TEST(inspect, selectors_restrict_the_report) {
+  TempDir dir;
+  const Model m = Model::open(write_model(dir, "m.gguf", small_spec()));
+  InspectOptions o;
+  o.selector = parse_selector({"1-2"}, {"routed"}, {});
+  const InspectReport r = inspect(m, o);
+  ASSERT_EQ(r.tensors.size(), 6u);
+  for (const auto& t : r.tensors) EXPECT_NE(t.name.find("_exps"), std::string::npos);
+}
+
+TEST(inspect, json_has_the_contract_fields) {
+  TempDir dir;
+  const std::string path = write_model(dir, "m.gguf", small_spec());
+  const auto res = run_cli("gguf-inspect", {"--json", "--hashes", path});
+  ASSERT_EQ(res.code, 0) << res.err;
+  const auto j = nlohmann::json::parse(res.out);
+  EXPECT_EQ(j["files"][0], path);
+  EXPECT_EQ(j["version"], 3);
+  EXPECT_EQ(j["alignment"], 32);
+  ASSERT_FALSE(j["metadata"].empty());
+  EXPECT_EQ(j["metadata"][0]["key"], "general.architecture");
+  EXPECT_EQ(j["metadata"][0]["type"], "string");
+  EXPECT_EQ(j["metadata"][0]["value"], "deepseek2");
+  const auto& t = j["tensors"][0];
+  for (const char* k :
+       {"name", "type", "type_id", "shape", "file", "offset", "bytes", "role", "layer", "xxh3"})
+    EXPECT_TRUE(t.contains(k)) << k;
+  EXPECT_EQ(t["name"], "token_embd.weight");
+  EXPECT_TRUE(t["layer"].is_null());
+  EXPECT_EQ(t["xxh3"].get<std::string>().size(), 16u);
+  EXPECT_TRUE(j["summary"].contains("by_role"));
+}
+
+TEST(inspect, cli_summary_names_roles) {
+  TempDir dir;
+  const std::string path = write_model(dir, "m.gguf", small_spec());
+  const auto res = run_cli("gguf-inspect", {path});
+  ASSERT_EQ(res.code, 0) << res.err;
+  EXPECT_NE(res.out.find("architecture:  deepseek2\n"), std::string::npos);
+  EXPECT_NE(res.out.find("by role:"), std::string::npos);
+  EXPECT_NE(res.out.find("routed-down"), std::string::npos);
+  EXPECT_EQ(res.err, "");
+}
+
+TEST(inspect, cli_usage_errors_exit_2) {
+  auto res = run_cli("gguf-inspect", {"--bogus"});
+  EXPECT_EQ(res.code, 2);
+  EXPECT_EQ(res.err,
+            "gguf-inspect: error: unrecognised option '--bogus'\n"
+            "Try 'gguf-inspect --help' for more information.\n");
+  res = run_cli("gguf-inspect", {"--help"});
+  EXPECT_EQ(res.code, 0);
+  EXPECT_EQ(res.out.rfind("Usage: gguf-inspect [OPTIONS] FILE.gguf", 0), 0u);
+}
+
+TEST(inspect, cli_missing_file_exits_1) {
+  const auto res = run_cli("gguf-inspect", {"/nonexistent/x.gguf"});
+  EXPECT_EQ(res.code, 1);
+  EXPECT_EQ(res.err,
+            "gguf-inspect: error: /nonexistent/x.gguf: cannot open: No such file or directory\n");
+}
+
+TEST(inspect, cli_damaged_file_prints_what_it_read_then_fails) {
+  TempDir dir;
+  const std::string path = write_model(dir, "m.gguf", small_spec());
+  const auto size = std::filesystem::file_size(path);
+  std::filesystem::resize_file(path, size - 100);
+  const auto res = run_cli("gguf-inspect", {"-t", path});
+  EXPECT_EQ(res.code, 1);
+  EXPECT_NE(res.out.find("token_embd.weight"), std::string::npos);
+  EXPECT_NE(res.err.find("tensor 'output.weight': at byte "), std::string::npos) << res.err;
+  EXPECT_NE(res.err.find("data runs past end of file"), std::string::npos) << res.err;
+}
+
+TEST(inspect, cli_missing_layer_is_an_error) {
+  TempDir dir;
+  const std::string path = write_model(dir, "m.gguf", small_spec());
+  const auto res = run_cli("gguf-inspect", {"--layers", "7", path});
+  EXPECT_NE(res.code, 0);
+  EXPECT_NE(res.err.find("layer 7"), std::string::npos) << res.err;
+}
+
+TEST(inspect, cli_check_clean_file_passes) {
+  TempDir dir;
+  const std::string path = write_model(dir, "m.gguf", small_spec());
+  const auto res = run_cli("gguf-inspect", {"--check", path});
+  EXPECT_EQ(res.code, 0) << res.err;
+  EXPECT_NE(res.out.find("check: 0 problem(s)"), std::string::npos);
+}
+
+TEST(inspect, cli_opens_split_sets_as_one_model) {
+  TempDir dir;
+  const std::string first = write_model(dir, "m.gguf", small_spec(), 20);
+  const auto res = run_cli("gguf-inspect", {"--json", first});
+  ASSERT_EQ(res.code, 0) << res.err;
+  const auto j = nlohmann::json::parse(res.out);
+  EXPECT_GT(j["files"].size(), 1u);
+  const Model whole = Model::open(first);
+  EXPECT_EQ(j["tensors"].size(), whole.tensors().size());
+  EXPECT_EQ(j["tensors"].back()["file"], j["files"].size() - 1);
+}
+
+}  // namespace
+}  // namespace gguf

@@ -1,0 +1,29 @@
+// Test support: run a built tool and capture stdout, stderr and the exit code (golden tests).
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace gguf::testing {
+
+struct CliResult {
+  std::string out, err;
+  int code = -1;
+};
+
+// Runs GGUF_TOOLS_DIR/<tool> with args (no shell; arguments passed as they are).
+CliResult run_cli(const std::string& tool, const std::vector<std::string>& args);
+
+// A fresh empty directory under the system temp dir, removed by the destructor.
+class TempDir {
+ public:
+  TempDir();
+  ~TempDir();
+  const std::string& path() const { return path_; }
+  std::string file(const std::string& name) const { return path_ + "/" + name; }
+
+ private:
+  std::string path_;
+};
+
+}  // namespace gguf::testing

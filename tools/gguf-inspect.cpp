@@ -1,0 +1,68 @@
+// gguf-inspect: look inside a GGUF file or split set.
+#include <fmt/format.h>
+
+#include "gguf/cli.h"
+#include "gguf/inspect.h"
+
+namespace po = boost::program_options;
+
+int main(int argc, char** argv) {
+  return gguf::cli::run_tool("gguf-inspect", [&] {
+    std::string path;
+    bool json = false, meta = false, tensors = false, full = false, check = false, hashes = false;
+    unsigned threads = 0;
+    gguf::cli::SelectorArgs sel;
+    po::options_description desc("Options");
+    desc.add_options()("help,h", "show this help and exit")("version", "show the version and exit")(
+        "metadata,m", po::bool_switch(&meta), "list all metadata keys")(
+        "tensors,t", po::bool_switch(&tensors),
+        "list tensors: name, type, shape, offset, bytes, bpw, role")(
+        "full", po::bool_switch(&full), "do not abbreviate long metadata arrays")(
+        "json", po::bool_switch(&json), "print one JSON document with everything on stdout")(
+        "check", po::bool_switch(&check),
+        "report what llama.cpp's loader would refuse; exit 1 if any problem")(
+        "hashes", po::bool_switch(&hashes),
+        "add each tensor's xxh3-64 (a manifest gguf-diff --manifest reads)")(
+        "threads", po::value(&threads), "hashing/check threads (default: all cores)")(
+        "file", po::value(&path)->required(), "GGUF file (or first shard of a split set)");
+    sel.add_to(desc);
+    po::positional_options_description pos;
+    pos.add("file", 1);
+    po::variables_map vm;
+    if (gguf::cli::parse_command_line(argc, argv, "gguf-inspect", "[OPTIONS] FILE.gguf", desc, pos,
+                                      vm))
+      return 0;
+
+    gguf::InspectOptions opt{sel.parse(), hashes, check, threads, {}};
+    gguf::RenderOptions ro{!(meta || tensors) || check, meta, tensors || hashes, full};
+    std::optional<gguf::Model> model;
+    gguf::InspectReport report;
+    try {
+      model = gguf::Model::open(path);
+    } catch (const gguf::Error& e) {
+      // A damaged file: show what could be read, then fail with the error.
+      std::optional<gguf::Error> err;
+      auto partial = gguf::GgufFile::parse_partial(
+          gguf::open_file_source(e.path().empty() ? path : e.path()), err);
+      if (!err) throw;
+      report = gguf::inspect_partial(*partial, *err);
+      fmt::print("{}", json ? gguf::render_json(report) : gguf::render_text(report, ro));
+      throw;
+    }
+    gguf::cli::Progress progress(hashes ? "hashing" : "checking");
+    opt.progress = progress.callback();
+    report = gguf::inspect(*model, opt);
+    fmt::print("{}", json ? gguf::render_json(report) : gguf::render_text(report, ro));
+    if (check) {
+      for (const auto& p : report.problems)
+        fmt::print(stderr, "gguf-inspect: {}: {}{}{}{}\n", p.severity,
+                   p.path.empty() ? "" : p.path + ": ", p.object.empty() ? "" : p.object + ": ",
+                   p.offset ? fmt::format("at byte {}: ", *p.offset) : "", p.message);
+      const bool errors = std::any_of(report.problems.begin(), report.problems.end(),
+                                      [](const auto& p) { return p.severity == "error"; });
+      if (!json) fmt::print("\ncheck: {} problem(s)\n", report.problems.size());
+      return errors ? 1 : 0;
+    }
+    return 0;
+  });
+}
