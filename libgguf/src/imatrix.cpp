@@ -1,0 +1,180 @@
+// Reading importance matrices (legacy .dat and GGUF) with every length checked before use.
+#include "gguf/imatrix.h"
+
+#include <fmt/format.h>
+
+#include <cstring>
+
+#include "gguf/error.h"
+#include "gguf/escape.h"
+#include "gguf/file.h"
+#include "gguf/source.h"
+
+namespace gguf {
+
+const ImatrixEntry* Imatrix::find(const std::string& tensor) const {
+  const auto it = entries_.find(tensor);
+  return it == entries_.end() ? nullptr : &it->second;
+}
+
+std::span<const float> Imatrix::weights(const std::string& tensor, int64_t n_per_row, int64_t n_mat,
+                                        int64_t mat) const {
+  const ImatrixEntry* e = find(tensor);
+  if (!e) return {};
+  const auto total = static_cast<int64_t>(e->values.size());
+  if (total == n_per_row) return e->values;  // one vector shared by all experts
+  if (n_mat > 0 && total == n_mat * n_per_row)
+    return std::span<const float>(e->values).subspan(static_cast<size_t>(mat * n_per_row),
+                                                     static_cast<size_t>(n_per_row));
+  throw Error(path_, tensor_object(tensor), std::nullopt,
+              fmt::format("importance entry has {} values; expected {} (columns) or {} "
+                          "({} experts x {} columns)",
+                          total, n_per_row, n_mat * n_per_row, n_mat, n_per_row));
+}
+
+Imatrix Imatrix::load(const std::string& path) {
+  const auto src = open_file_source(path);
+  uint32_t magic = 0;
+  if (src->size() >= 4) std::memcpy(&magic, src->bytes(0, 4).data(), 4);
+  return magic == kMagic ? load_gguf(path) : load_legacy(path);
+}
+
+namespace {
+
+class Reader {
+ public:
+  explicit Reader(const ByteSource& s) : s_(s) {}
+  uint64_t pos() const { return pos_; }
+  uint64_t left() const { return s_.size() - pos_; }
+  int32_t i32(const std::string& object, const char* what) {
+    if (left() < 4)
+      throw Error(s_.name(), object, pos_,
+                  fmt::format("{} runs past end of file (needs 4 bytes, {} left)", what, left()));
+    int32_t v;
+    std::memcpy(&v, s_.bytes(pos_, 4).data(), 4);
+    pos_ += 4;
+    return v;
+  }
+  std::span<const uint8_t> take(uint64_t n, const std::string& object, const char* what) {
+    if (n > left())
+      throw Error(s_.name(), object, pos_,
+                  fmt::format("{} of {} bytes runs past end of file ({} left)", what, n, left()));
+    const auto b = s_.bytes(pos_, n);
+    pos_ += n;
+    return b;
+  }
+
+ private:
+  const ByteSource& s_;
+  uint64_t pos_ = 0;
+};
+
+}  // namespace
+
+Imatrix Imatrix::load_legacy(const std::string& path) {
+  const auto src = open_file_source(path);
+  Reader r(*src);
+  Imatrix m;
+  m.path_ = path;
+  const int32_t n = r.i32("", "entry count");
+  // Each entry needs at least 12 bytes (name length, ncall, nval).
+  if (n < 0 || static_cast<uint64_t>(n) > r.left() / 12)
+    throw Error(path, {}, 0,
+                fmt::format("entry count {} is impossible for a file of {} bytes (not a "
+                            "llama.cpp imatrix?)",
+                            n, src->size()));
+  for (int32_t i = 0; i < n; ++i) {
+    const std::string entry = fmt::format("entry #{}", i);
+    const uint64_t at = r.pos();
+    const int32_t len = r.i32(entry, "name length");
+    if (len <= 0) throw Error(path, entry, at, fmt::format("name length {} is not positive", len));
+    const auto nb = r.take(static_cast<uint64_t>(len), entry, "name");
+    std::string name(reinterpret_cast<const char*>(nb.data()), nb.size());
+    const std::string object = tensor_object(name);
+    const int32_t ncall = r.i32(object, "ncall");
+    const uint64_t nval_at = r.pos();
+    const int32_t nval = r.i32(object, "nval");
+    if (nval <= 0 || ncall < 0)
+      throw Error(path, object, nval_at,
+                  fmt::format("bad counts (ncall {}, nval {})", ncall, nval));
+    const auto vb = r.take(static_cast<uint64_t>(nval) * 4, object, "values");
+    ImatrixEntry e;
+    e.values.resize(static_cast<size_t>(nval));
+    std::memcpy(e.values.data(), vb.data(), vb.size());
+    // Legacy files store sums over calls: the mean is what the quantizers weight by.
+    if (ncall > 0)
+      for (auto& v : e.values) v /= static_cast<float>(ncall);
+    if (!m.entries_.emplace(name, std::move(e)).second)
+      throw Error(path, object, at, "duplicate entry");
+  }
+  if (r.left() >= 8) {
+    m.chunk_count_ = r.i32("", "last chunk");
+    const uint64_t at = r.pos();
+    const int32_t len = r.i32("", "dataset name length");
+    if (len < 0 || static_cast<uint64_t>(len) > r.left())
+      throw Error(path, {}, at, fmt::format("dataset name length {} runs past end of file", len));
+    const auto b = r.take(static_cast<uint64_t>(len), "", "dataset name");
+    m.datasets_.emplace_back(reinterpret_cast<const char*>(b.data()), b.size());
+  }
+  return m;
+}
+
+Imatrix Imatrix::load_gguf(const std::string& path) {
+  const auto f = GgufFile::open(path);
+  Imatrix m;
+  m.path_ = path;
+  if (const auto type = f->metadata().get_string("general.type"); type && *type != "imatrix")
+    throw Error(
+        path, key_object("general.type"), std::nullopt,
+        fmt::format("general.type is '{}', expected 'imatrix'", escape_for_terminal(*type)));
+  if (const Value* d = f->metadata().find("imatrix.datasets"); d && d->is_array())
+    m.datasets_ = d->strings();
+  if (const auto c = f->metadata().get_uint("imatrix.chunk_count"))
+    m.chunk_count_ = static_cast<int64_t>(*c);
+  const auto floats = [&](const TensorInfo& t) {
+    if (t.type_id != static_cast<uint32_t>(GgmlType::F32))
+      throw Error(path, tensor_object(t.name), t.info_offset,
+                  fmt::format("type {} where f32 is required", type_name(t.type_id)));
+    const auto b = f->tensor_data(t);
+    std::vector<float> v(b.size() / 4);
+    std::memcpy(v.data(), b.data(), v.size() * 4);
+    return v;
+  };
+  constexpr std::string_view kSum = ".in_sum2";
+  for (const auto& t : f->tensors()) {
+    if (t.name.size() <= kSum.size() || !t.name.ends_with(kSum)) continue;
+    const std::string name = t.name.substr(0, t.name.size() - kSum.size());
+    const TensorInfo* counts = f->find_tensor(name + ".counts");
+    if (!counts)
+      throw Error(path, tensor_object(t.name), t.info_offset,
+                  fmt::format("no matching '{}.counts' tensor", escape_for_terminal(name)));
+    ImatrixEntry e;
+    e.ne0 = t.shape.empty() ? 1 : t.shape[0];
+    e.n_mat = t.shape.size() > 1 ? t.shape[1] : 1;
+    e.values = floats(t);
+    const std::vector<float> c = floats(*counts);
+    if (static_cast<int64_t>(c.size()) != e.n_mat)
+      throw Error(path, tensor_object(counts->name), counts->info_offset,
+                  fmt::format("{} counts for {} matrices", c.size(), e.n_mat));
+    for (int64_t k = 0; k < e.n_mat; ++k) {
+      float* v = e.values.data() + k * e.ne0;
+      // An expert never routed during calibration carries no information: weight it evenly.
+      for (int64_t j = 0; j < e.ne0; ++j)
+        v[j] = c[static_cast<size_t>(k)] > 0 ? v[j] / c[static_cast<size_t>(k)] : 1.0f;
+    }
+    m.entries_.emplace(name, std::move(e));
+  }
+  return m;
+}
+
+std::vector<float> column_energy(std::span<const float> rows, int64_t nrows, int64_t n_per_row) {
+  std::vector<float> w(static_cast<size_t>(n_per_row), 0.0f);
+  for (int64_t r = 0; r < nrows; ++r)
+    for (int64_t c = 0; c < n_per_row; ++c) {
+      const float x = rows[static_cast<size_t>(r * n_per_row + c)];
+      w[static_cast<size_t>(c)] += x * x;
+    }
+  return w;
+}
+
+}  // namespace gguf
