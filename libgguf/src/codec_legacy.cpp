@@ -10,6 +10,7 @@
 #include <cstring>
 #include <type_traits>
 
+#include "codec_legacy_search.h"
 #include "codec_registry.h"
 #include "gguf/fp16.h"
 
@@ -387,125 +388,6 @@ void encode_q8(const float* x, uint8_t* dst, int64_t nrows, int64_t n_per_row, c
 // searches, weighting element j by imatrix[j] * sqrt(sigma2 + x[j]^2), sigma2 being the mean
 // square of the whole row.
 
-// ggml's nearest_int: round half to even through the 1.5 * 2^23 trick (meaningful for
-// |v| < 2^22, deterministic beyond).
-inline int nearest_int(float v) {
-  const float t = v + 12582912.0f;
-  return static_cast<int>(std::bit_cast<uint32_t>(t) & 0x7FFFFF) - 0x400000;
-}
-
-// Symmetric codes l + nmax, l in [-nmax, nmax-1], scale chosen among 1/iscale for iscale =
-// -(nmax + k/10)/max, k = 0, -9..9, by the weighted fit sum(w x l)^2 / sum(w l^2).
-float search_symmetric(const float* x, const float* w, int nmax, Codes& codes) {
-  float amax = 0.0f, max = 0.0f;
-  for (int i = 0; i < kQK; ++i) {
-    const float ax = std::fabs(x[i]);
-    if (ax > amax) {
-      amax = ax;
-      max = x[i];
-    }
-  }
-  if (amax < 1e-15f) {
-    codes.fill(0);
-    return 0.0f;
-  }
-  const auto code = [nmax](float iscale, float xi) {
-    return std::max(-nmax, std::min(nmax - 1, nearest_int(iscale * xi)));
-  };
-  float iscale = static_cast<float>(-nmax) / max;
-  float sumlx = 0.0f, suml2 = 0.0f;
-  for (int i = 0; i < kQK; ++i) {
-    const int l = code(iscale, x[i]);
-    codes[i] = static_cast<uint8_t>(l + nmax);
-    sumlx += w[i] * x[i] * static_cast<float>(l);
-    suml2 += w[i] * static_cast<float>(l) * static_cast<float>(l);
-  }
-  float scale = suml2 != 0.0f ? sumlx / suml2 : 0.0f;
-  float best = scale * sumlx;
-  for (int is = -9; is <= 9; ++is) {
-    if (is == 0) continue;
-    iscale = -(static_cast<float>(nmax) + 0.1f * static_cast<float>(is)) / max;
-    sumlx = suml2 = 0.0f;
-    for (int i = 0; i < kQK; ++i) {
-      const float l = static_cast<float>(code(iscale, x[i]));
-      sumlx += w[i] * x[i] * l;
-      suml2 += w[i] * l * l;
-    }
-    if (suml2 > 0.0f && sumlx * sumlx > best * suml2) {
-      for (int i = 0; i < kQK; ++i) codes[i] = static_cast<uint8_t>(code(iscale, x[i]) + nmax);
-      scale = sumlx / suml2;
-      best = scale * sumlx;
-    }
-  }
-  return scale;
-}
-
-// Affine codes in [0, nmax] with value scale * l - neg_min, min <= 0: starts from the block's
-// range, then tries 37 scales (nmax - 0.9 + 0.05 k)/(max - min) with a weighted least-squares
-// scale and min, keeping the lowest weighted squared error.
-float search_affine(const float* x, const float* w, int nmax, Codes& codes, float& neg_min) {
-  float min = x[0], max = x[0];
-  float sum_w = w[0], sum_x = sum_w * x[0];
-  for (int i = 1; i < kQK; ++i) {
-    if (x[i] < min) min = x[i];
-    if (x[i] > max) max = x[i];
-    sum_w += w[i];
-    sum_x += w[i] * x[i];
-  }
-  if (min > 0.0f) min = 0.0f;
-  if (max <= min) {
-    codes.fill(0);
-    neg_min = -min;
-    return 0.0f;
-  }
-  const auto code = [nmax](float iscale, float xi, float lo) {
-    return std::max(0, std::min(nmax, nearest_int(iscale * (xi - lo))));
-  };
-  float iscale = static_cast<float>(nmax) / (max - min);
-  float scale = 1.0f / iscale;
-  float best_err = 0.0f;
-  for (int i = 0; i < kQK; ++i) {
-    codes[i] = static_cast<uint8_t>(code(iscale, x[i], min));
-    const float diff = scale * static_cast<float>(codes[i]) + min - x[i];
-    best_err += w[i] * (diff * diff);
-  }
-  for (int is = 0; is <= 36; ++is) {
-    iscale = (-0.9f + 0.05f * static_cast<float>(is) + static_cast<float>(nmax)) / (max - min);
-    Codes trial;
-    float sum_l = 0.0f, sum_l2 = 0.0f, sum_xl = 0.0f;
-    for (int i = 0; i < kQK; ++i) {
-      const int l = code(iscale, x[i], min);
-      trial[i] = static_cast<uint8_t>(l);
-      const float fl = static_cast<float>(l);
-      sum_l += w[i] * fl;
-      sum_l2 += w[i] * fl * fl;
-      sum_xl += w[i] * fl * x[i];
-    }
-    const float det = sum_w * sum_l2 - sum_l * sum_l;
-    if (det > 0.0f) {
-      float this_scale = (sum_w * sum_xl - sum_x * sum_l) / det;
-      float this_min = (sum_l2 * sum_x - sum_l * sum_xl) / det;
-      if (this_min > 0.0f) {
-        this_min = 0.0f;
-        this_scale = sum_xl / sum_l2;
-      }
-      float err = 0.0f;
-      for (int i = 0; i < kQK; ++i) {
-        const float diff = this_scale * static_cast<float>(trial[i]) + this_min - x[i];
-        err += w[i] * (diff * diff);
-      }
-      if (err < best_err) {
-        codes = trial;
-        best_err = err;
-        scale = this_scale;
-        min = this_min;
-      }
-    }
-  }
-  neg_min = -min;
-  return scale;
-}
-
 // Per-element weights of one block: imatrix * sqrt(sigma2 + x^2).
 void block_weights(const float* x, const float* qw, float sigma2, float* w) {
   for (int j = 0; j < kQK; ++j) w[j] = qw[j] * std::sqrt(sigma2 + x[j] * x[j]);
@@ -534,10 +416,10 @@ void encode_weighted_row(const float* x, uint8_t* dst, int64_t n, const float* i
     float d;
     if constexpr (kAffine<B>) {
       float neg_min;
-      d = search_affine(xb, w, kFiveBit<B> ? 31 : 15, codes, neg_min);
+      d = legacy::search_affine(xb, w, kFiveBit<B> ? 31 : 15, codes, neg_min);
       store_half(b + offsetof(B, m), -neg_min);
     } else {
-      d = search_symmetric(xb, w, kFiveBit<B> ? 16 : 8, codes);
+      d = legacy::search_symmetric(xb, w, kFiveBit<B> ? 16 : 8, codes);
     }
     store_half(b + offsetof(B, d), d);
     if constexpr (kFiveBit<B>)
