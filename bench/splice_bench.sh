@@ -1,0 +1,101 @@
+#!/usr/bin/env bash
+# Benchmark of gguf-splice against a plain copy_file_range copy of the same output size, in
+# one run: builds a DeepSeek-style base (f16) and donor (bf16) of several GiB with the
+# library's synthetic model generator, splices the routed experts of 6 layers, copies the
+# output with a bare copy_file_range loop (+ fsync, as the writer does), and prints
+# throughput, their ratio and peak RSS (from /usr/bin/time -v).
+#
+# Usage: bench/splice_bench.sh [BUILD_DIR] [WORK_DIR]
+#   BUILD_DIR  a build tree holding tools/gguf-splice and examples/make_tiny_moe
+#              (default: build)
+#   WORK_DIR   where the model files go (default: a new directory under /var/tmp; removed at
+#              the end unless KEEP=1). Needs about 4.5 x the base size free.
+# Environment: LAYERS (10: 1 dense + 9 MoE), EXPERTS (40), EMBD (2048), FF (1024) set the
+# size: each routed tensor is EMBD*FF*EXPERTS f16 weights (160 MiB by default, base ~4.3 GiB).
+# RUNS (3) repetitions of each timing, the median is reported. KEEP=1 keeps the files and
+# reuses them on the next run with the same WORK_DIR.
+set -euo pipefail
+
+BUILD=${1:-build}
+WORK=${2:-}
+LAYERS=${LAYERS:-10}
+EXPERTS=${EXPERTS:-40}
+EMBD=${EMBD:-2048}
+FF=${FF:-1024}
+RUNS=${RUNS:-3}
+SPLICE=$BUILD/tools/gguf-splice
+GEN=$BUILD/examples/make_tiny_moe
+for exe in "$SPLICE" "$GEN" /usr/bin/time python3; do
+  command -v "$exe" >/dev/null || { echo "splice_bench: missing $exe (build first)" >&2; exit 2; }
+done
+if [[ -z $WORK ]]; then WORK=$(mktemp -d /var/tmp/splice-bench.XXXXXX); fi
+mkdir -p "$WORK"
+cleanup() { [[ ${KEEP:-0} == 1 ]] || rm -rf "$WORK"; }
+trap cleanup EXIT
+
+BASE=$WORK/base.gguf DONOR=$WORK/donor.gguf OUT=$WORK/out.gguf COPY=$WORK/copy.gguf
+FIRST=$((LAYERS - 6)) LAST=$((LAYERS - 1))
+gen() {  # gen PATH TYPE SEED
+  [[ -f $1 ]] && return 0
+  "$GEN" -o "$1" --recipe "$2" --seed "$3" --layers "$LAYERS" --experts "$EXPERTS" \
+    --embd "$EMBD" --ff "$FF" --vocab 4096 --threads "$(nproc)" >/dev/null
+}
+echo "generating base (f16) and donor (bf16) in $WORK ..." >&2
+gen "$BASE" f16 1
+gen "$DONOR" bf16 2
+
+# A bare copy: copy_file_range over the whole file in 1 GiB requests, then fsync.
+COPY_PY='
+import os, sys
+src = os.open(sys.argv[1], os.O_RDONLY)
+dst = os.open(sys.argv[2], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+left = os.fstat(src).st_size
+while left > 0:
+    n = os.copy_file_range(src, dst, min(left, 1 << 30))
+    if n == 0:
+        sys.exit("short copy")
+    left -= n
+os.fsync(dst)
+os.close(dst)
+'
+
+# run LABEL CMD...: appends "label seconds maxrss_kib" to $WORK/times.
+run() {
+  local label=$1
+  shift
+  /usr/bin/time -v -o "$WORK/time.txt" "$@" >/dev/null
+  awk -v l="$label" '
+    /Elapsed \(wall clock\)/ { n = split($NF, p, ":"); s = 0; for (i = 1; i <= n; i++) s = s * 60 + p[i] }
+    /Maximum resident set size/ { r = $NF }
+    END { print l, s, r }' "$WORK/time.txt" >>"$WORK/times"
+}
+
+: >"$WORK/times"
+# Warm the page cache once so every timed run reads its inputs from the same place.
+"$SPLICE" "$BASE" --donor "$DONOR" --layers "$FIRST-$LAST" -o "$OUT" --force --no-verify >/dev/null
+for ((i = 0; i < RUNS; i++)); do
+  run splice "$SPLICE" "$BASE" --donor "$DONOR" --layers "$FIRST-$LAST" -o "$OUT" --force
+  run splice-noverify "$SPLICE" "$BASE" --donor "$DONOR" --layers "$FIRST-$LAST" -o "$OUT" \
+    --force --no-verify
+  rm -f "$COPY"
+  run copy python3 -c "$COPY_PY" "$OUT" "$COPY"
+done
+
+OUT_BYTES=$(stat -c %s "$OUT")
+BASE_BYTES=$(stat -c %s "$BASE")
+python3 - "$WORK/times" "$OUT_BYTES" "$BASE_BYTES" "$FIRST-$LAST" <<'EOF'
+import statistics, sys
+rows = [l.split() for l in open(sys.argv[1])]
+out_bytes, base_bytes, layers = int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+med = lambda label, col: statistics.median(float(r[col]) for r in rows if r[0] == label)
+gib = 1 << 30
+copy_s = med("copy", 1)
+print(f"base {base_bytes / gib:.2f} GiB, output {out_bytes / gib:.2f} GiB "
+      f"(routed experts of layers {layers} spliced); median of {sum(r[0] == 'copy' for r in rows)} runs")
+print(f"{'run':<18}{'seconds':>9}{'MiB/s':>10}{'vs copy':>9}{'peak RSS':>12}")
+for label in ("splice", "splice-noverify", "copy"):
+    s = med(label, 1)
+    rss = max(int(r[2]) for r in rows if r[0] == label)
+    print(f"{label:<18}{s:>9.2f}{out_bytes / (1 << 20) / s:>10.0f}{copy_s / s:>8.2f}x"
+          f"{rss / 1024:>8.1f} MiB")
+EOF

@@ -1,0 +1,105 @@
+// gguf-splice: take tensors byte for byte from donor GGUFs into a base GGUF (no requantizing).
+// Options -> splice() -> write_plan() -> render; see man/gguf-splice.1.
+#include <fmt/format.h>
+
+#include <map>
+#include <memory>
+#include <optional>
+
+#include "gguf/cli.h"
+#include "gguf/error.h"
+#include "gguf/splice.h"
+
+namespace {
+
+namespace po = boost::program_options;
+using namespace gguf;
+
+constexpr std::string_view kTool = "gguf-splice";
+constexpr std::string_view kUsage =
+    "BASE.gguf (--donor DONOR.gguf [--layers L] [--role R] [--match RE] | --take SPEC ...)\n"
+    "       -o OUT.gguf [options]\n\n"
+    "Copies the selected tensors' payloads from the donors into a copy of BASE, byte for byte,\n"
+    "and writes a verified GGUF. The selection is made on BASE's tensor names; each selected\n"
+    "tensor must exist in its donor with the same shape. Without --role or --match, the role\n"
+    "is 'routed' (the routed experts' gate, up and down).\n\n"
+    "--take SPEC is DONOR.gguf:layers=37-42,role=routed,match=REGEX (any items, any order;\n"
+    "a comma piece without a key continues the previous item, e.g. layers=1,3,5-7).\n"
+    "Repeat --take for several donors; a tensor claimed by two donors is an error.\n\n"
+    "Example (the ds4 recipe): gguf-splice ds4-2bit.gguf --donor ds4-q4_K.gguf --layers 37-42\n"
+    "       -o ds4-2bit-q4tail.gguf";
+
+int run(int argc, char** argv) {
+  std::string base_path, donor_path, out, split_size;
+  std::vector<std::string> takes;
+  uint64_t split_tensors = 0;
+  cli::SelectorArgs sel;
+  po::options_description desc("Options");
+  desc.add_options()("help,h", "show this help and exit")("version", "show the version and exit")(
+      "base", po::value(&base_path), "the base model (also the first positional argument)")(
+      "donor", po::value(&donor_path),
+      "take tensors from DONOR, selected by --layers/--role/--match");
+  sel.add_to(desc);
+  desc.add_options()("take", po::value(&takes)->composing(),
+                     "take tensors from a donor: DONOR.gguf:layers=..,role=..,match=.. "
+                     "(repeatable)")("output,o", po::value(&out), "write the result to OUT")(
+      "force", "replace OUT if it exists")("dry-run", "show the plan, write nothing")(
+      "json", "print the plan (and result) as JSON on stdout")(
+      "no-verify", "skip reading the output back to compare every payload's xxh3")(
+      "split-max-size", po::value(&split_size), "write a split set, shards of at most SIZE (4G)")(
+      "split-max-tensors", po::value(&split_tensors), "write a split set, N tensors per shard")(
+      "allow-mixed-gate-up", "permit gate and up experts of a layer to differ in type")(
+      "force-arch", "permit donors of another general.architecture");
+  po::positional_options_description positional;
+  positional.add("base", 1);
+  po::variables_map vm;
+  if (cli::parse_command_line(argc, argv, kTool, kUsage, desc, positional, vm)) return 0;
+
+  const bool dry_run = vm.count("dry-run") > 0;
+  if (base_path.empty()) usage_error("missing BASE.gguf, the model to splice into");
+  if (out.empty() && !dry_run) usage_error("missing -o OUT.gguf (or use --dry-run)");
+  if (sel.given() && donor_path.empty())
+    usage_error("--layers, --role and --match select from --donor; give --donor (or use --take)");
+  if (donor_path.empty() && takes.empty())
+    usage_error("nothing to splice: give --donor DONOR.gguf or --take DONOR.gguf:SELECTOR");
+
+  std::vector<TakeSpec> specs;
+  if (!donor_path.empty()) specs.push_back({donor_path, sel.parse()});
+  for (const auto& t : takes) specs.push_back(parse_take(t));
+  WriteOptions wo;
+  wo.force = vm.count("force") > 0;
+  wo.verify = vm.count("no-verify") == 0;
+  if (!split_size.empty()) wo.split_max_size = cli::parse_size(split_size, "split-max-size");
+  wo.split_max_tensors = split_tensors;
+
+  const Model base = Model::open(base_path);
+  std::map<std::string, std::unique_ptr<Model>> models;  // a donor named twice opens once
+  std::vector<Donor> donors;
+  for (auto& s : specs) {
+    auto& m = models[s.path];
+    if (!m) m = std::make_unique<Model>(Model::open(s.path));
+    donors.push_back({m.get(), with_default_role(std::move(s.selector))});
+  }
+  SpliceOptions so;
+  so.allow_mixed_gate_up = vm.count("allow-mixed-gate-up") > 0;
+  so.force_arch = vm.count("force-arch") > 0;
+  const SpliceResult r = splice(base, donors, so);
+  for (const auto& w : r.warnings) fmt::print(stderr, "{}: warning: {}\n", kTool, w);
+
+  std::optional<WriteResult> written;
+  if (!dry_run) {
+    cli::Progress progress("splicing");
+    wo.progress = progress.callback();
+    wo.inputs = r.inputs;
+    written = write_plan(r.plan, out, wo);
+  }
+  const WriteResult* w = written ? &*written : nullptr;
+  fmt::print("{}", vm.count("json") ? render_splice_json(r, w) : render_splice_text(r, w));
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  return cli::run_tool(kTool, [&] { return run(argc, argv); });
+}
