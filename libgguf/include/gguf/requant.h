@@ -1,0 +1,59 @@
+// gguf-requant as a function: a plan that re-encodes the quantizable tensors of a model to one
+// ggml type (streamed, chunked, multi-threaded) and copies every other tensor byte for byte.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "gguf/imatrix.h"
+#include "gguf/model.h"
+#include "gguf/plan.h"
+#include "gguf/select.h"
+#include "gguf/types.h"
+#include "gguf/writer.h"
+
+namespace gguf {
+
+struct RequantOptions {
+  GgmlType type = GgmlType::Q8_0;
+  Selector selector;                 // restricts which tensors are re-encoded (others copied)
+  const Imatrix* imatrix = nullptr;  // importance weights; nullptr = none
+  unsigned threads = 1;
+};
+
+// How a tensor's importance weights were obtained.
+enum class ImportanceSource { kNone, kImatrix, kColumnEnergy };
+
+struct RequantRow {
+  std::string name;
+  std::string source;  // path of the file the tensor is read from
+  uint32_t type_before = 0, type_after = 0;
+  uint64_t bytes_before = 0, bytes_after = 0;
+  std::string action;           // "copy" | "encode" | "decode"
+  bool lossy_reencode = false;  // the source was already quantized
+  ImportanceSource importance = ImportanceSource::kNone;
+};
+
+struct RequantResult {
+  Plan plan;
+  std::vector<RequantRow> rows;
+  std::vector<std::string> inputs;  // every file read, so the output never replaces one
+  uint64_t bytes_before = 0, bytes_after = 0;
+  std::vector<std::string> notes;  // said once each (fallbacks, lossy re-encodes)
+};
+
+// True when requant re-encodes this tensor: two or more dimensions, not a norm, not the MoE
+// router (ffn_gate_inp), and selected.
+bool is_quantizable(const TensorInfo& t, std::string_view arch);
+
+// Builds the plan. Throws gguf::Error for a tensor whose row length does not fit the target
+// block size (naming it; there is no silent fallback type), a source type that cannot be
+// decoded, or a target type without an encoder.
+RequantResult requant(const Model& model, const RequantOptions& options);
+
+std::string render_requant_text(const RequantResult& r, const WriteResult* written);
+std::string render_requant_json(const RequantResult& r, const WriteResult* written);
+
+}  // namespace gguf

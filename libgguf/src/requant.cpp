@@ -1,0 +1,189 @@
+// Requant plans: decode each quantizable tensor row-chunk by row-chunk and encode it to the
+// target type through the streaming row encoder.
+#include "gguf/requant.h"
+
+#include <fmt/format.h>
+
+#include <map>
+#include <memory>
+#include <mutex>
+
+#include "gguf/codecs.h"
+#include "gguf/encode.h"
+#include "gguf/error.h"
+#include "gguf/names.h"
+#include "gguf/splice.h"
+#include "writer_internal.h"
+
+namespace gguf {
+namespace {
+
+// Decodes rows [first, first + count) of a tensor into out.
+void decode_rows(const TensorRef& t, int64_t n_per_row, int64_t first, int64_t count,
+                 std::span<float> out) {
+  const auto type = static_cast<GgmlType>(t.info->type_id);
+  const uint64_t rb = *row_bytes(type, static_cast<uint64_t>(n_per_row));
+  const auto data = t.data();
+  dequantize(type, data.subspan(static_cast<size_t>(first) * rb, static_cast<size_t>(count) * rb),
+             out);
+}
+
+// Column energy of each matrix of a tensor, computed once per matrix on first use.
+class EnergyCache {
+ public:
+  EnergyCache(TensorRef t, int64_t n_per_row, int64_t rows_per_matrix)
+      : t_(t), n_per_row_(n_per_row), rows_per_matrix_(rows_per_matrix) {}
+  std::span<const float> get(int64_t mat) {
+    std::lock_guard lock(mu_);
+    auto it = cache_.find(mat);
+    if (it == cache_.end()) {
+      std::vector<float> w(static_cast<size_t>(n_per_row_), 0.0f);
+      constexpr int64_t kRows = 256;
+      std::vector<float> buf;
+      for (int64_t r = 0; r < rows_per_matrix_; r += kRows) {
+        const int64_t n = std::min(kRows, rows_per_matrix_ - r);
+        buf.resize(static_cast<size_t>(n * n_per_row_));
+        decode_rows(t_, n_per_row_, mat * rows_per_matrix_ + r, n, buf);
+        const auto e = column_energy(buf, n, n_per_row_);
+        for (size_t c = 0; c < w.size(); ++c) w[c] += e[c];
+      }
+      it = cache_.emplace(mat, std::move(w)).first;
+    }
+    return it->second;
+  }
+
+ private:
+  TensorRef t_;
+  int64_t n_per_row_, rows_per_matrix_;
+  std::mutex mu_;
+  std::map<int64_t, std::vector<float>> cache_;
+};
+
+}  // namespace
+
+bool is_quantizable(const TensorInfo& t, std::string_view arch) {
+  if (t.shape.size() < 2) return false;
+  const TensorName tn = classify_tensor(t.name, arch, static_cast<int>(t.shape.size()));
+  return tn.role != Role::kNorm && tn.role != Role::kRouter;
+}
+
+RequantResult requant(const Model& model, const RequantOptions& o) {
+  RequantResult r;
+  const std::string arch = model.architecture();
+  const TypeTraits& target = traits(o.type);
+  if (!can_encode(o.type))
+    usage_error(fmt::format("--type {}: no encoder for this type yet", target.name));
+  std::vector<bool> selected(model.tensors().size(), true);
+  if (!o.selector.empty()) {
+    std::vector<std::string> names;
+    for (const auto& t : model.tensors()) names.push_back(t.name());
+    std::fill(selected.begin(), selected.end(), false);
+    for (size_t i : select_tensors(o.selector, names, arch, model.path())) selected[i] = true;
+  }
+  r.inputs = model.paths();
+  r.bytes_before = model.total_bytes();
+  r.plan.metadata = Metadata();
+  for (const auto& kv : model.metadata().entries())
+    if (!kv.key.starts_with("split.")) r.plan.metadata.append(kv);
+  bool energy_note = false, lossy_note = false;
+  for (size_t i = 0; i < model.tensors().size(); ++i) {
+    const TensorRef& t = model.tensors()[i];
+    const TensorInfo& info = *t.info;
+    RequantRow row;
+    row.name = info.name;
+    row.source = t.file->path();
+    row.type_before = row.type_after = info.type_id;
+    row.bytes_before = row.bytes_after = info.require_bytes(t.file->path());
+    PlanTensor pt{info.name, info.type_id, info.shape, row.bytes_before,
+                  FileRange{t.file->source_ptr(), t.data_start()}};
+    const bool encode = selected[i] && is_quantizable(info, arch) && info.type_id != target.id;
+    if (!encode) {
+      row.action = "copy";
+    } else {
+      const auto src_type = static_cast<GgmlType>(info.type_id);
+      if (!can_decode(src_type))
+        throw Error(t.file->path(), tensor_object(info.name), info.info_offset,
+                    fmt::format("no decoder for its type {}", type_name(info.type_id)));
+      const int64_t n_per_row = info.shape[0];
+      const auto rb = row_bytes(o.type, static_cast<uint64_t>(n_per_row));
+      if (!rb)
+        throw Error(t.file->path(), tensor_object(info.name), info.info_offset,
+                    fmt::format("row length {} is not a multiple of the {} block size {}",
+                                n_per_row, target.name, target.block_size));
+      const int64_t nrows = static_cast<int64_t>(info.n_elements) / std::max<int64_t>(1, n_per_row);
+      RowEncoder e;
+      e.type = o.type;
+      e.n_per_row = n_per_row;
+      e.nrows = nrows;
+      e.rows_per_matrix = info.shape[1];
+      e.threads = o.threads;
+      e.tensor_name = info.name;
+      const TensorRef ref = t;
+      e.rows = [ref, n_per_row](int64_t first, int64_t count, std::span<float> out) {
+        decode_rows(ref, n_per_row, first, count, out);
+      };
+      const int64_t n_mat = nrows / std::max<int64_t>(1, info.shape[1]);
+      if (uses_importance(o.type)) {
+        const bool have = o.imatrix && o.imatrix->find(info.name);
+        if (have) {
+          // Validate the entry's length now so the error names the tensor before writing.
+          (void)o.imatrix->weights(info.name, n_per_row, n_mat, 0);
+          const Imatrix* im = o.imatrix;
+          const std::string name = info.name;
+          e.importance = [im, name, n_per_row, n_mat](int64_t mat) {
+            return im->weights(name, n_per_row, n_mat, mat);
+          };
+          row.importance = ImportanceSource::kImatrix;
+        } else if (requires_importance(o.type)) {
+          auto cache = std::make_shared<EnergyCache>(t, n_per_row, info.shape[1]);
+          e.importance = [cache](int64_t mat) { return cache->get(mat); };
+          row.importance = ImportanceSource::kColumnEnergy;
+          energy_note = true;
+        }
+      }
+      row.type_after = target.id;
+      row.bytes_after = *rb * static_cast<uint64_t>(nrows);
+      row.action = (o.type == GgmlType::F32 || o.type == GgmlType::F16 || o.type == GgmlType::BF16)
+                       ? "decode"
+                       : "encode";
+      row.lossy_reencode = traits(src_type).quantized;
+      lossy_note |= row.lossy_reencode;
+      pt.type_id = target.id;
+      pt.bytes = row.bytes_after;
+      pt.source = make_encoding_producer(std::move(e));
+    }
+    r.plan.tensors.push_back(std::move(pt));
+    r.rows.push_back(std::move(row));
+  }
+  if (energy_note)
+    r.notes.push_back(
+        fmt::format("{} needs an importance matrix and none was given for some tensors: using each "
+                    "matrix's column energy (sum of squared weights) instead",
+                    target.name));
+  if (lossy_note)
+    r.notes.push_back("some tensors were already quantized: re-encoding them adds error");
+  // Truthful metadata: the file type of what holds most weights, and the quantization keys.
+  if (const auto ft = dominant_ftype(r.plan.tensors))
+    r.plan.metadata.set("general.file_type", Value::u32(*ft));
+  else
+    r.plan.metadata.erase("general.file_type");
+  bool quantized = false;
+  for (const auto& t : r.plan.tensors)
+    quantized |= traits(static_cast<GgmlType>(t.type_id)).quantized;
+  if (quantized) r.plan.metadata.set("general.quantization_version", Value::u32(2));
+  if (o.imatrix) {
+    r.plan.metadata.set("quantize.imatrix.file", Value::string(o.imatrix->path()));
+    if (!o.imatrix->datasets().empty())
+      r.plan.metadata.set("quantize.imatrix.dataset", Value::string(o.imatrix->datasets().front()));
+    r.plan.metadata.set("quantize.imatrix.entries_count",
+                        Value::i32(static_cast<int32_t>(o.imatrix->size())));
+    r.plan.metadata.set("quantize.imatrix.chunks_count",
+                        Value::i32(static_cast<int32_t>(o.imatrix->chunk_count())));
+  }
+  std::vector<const PlanTensor*> ptrs;
+  for (const auto& t : r.plan.tensors) ptrs.push_back(&t);
+  r.bytes_after = detail::layout_of(r.plan.metadata, ptrs).file_size;
+  return r;
+}
+
+}  // namespace gguf
