@@ -131,13 +131,22 @@ inline int unpack_q3_scale(int j, const uint8_t* s) {
 }
 
 // ---- Scale searches (each named after the ggml routine whose results it reproduces) ----
+// search_symmetric and search_affine evaluate the candidate scales side by side in SIMD lanes
+// (codec_kquants_search_simd.cpp); the *_scalar forms are the straightforward originals and
+// must give identical results.
 
 // make_qx_quants with rmse_type 1: symmetric codes L in [0, 2*nmax) (biased by nmax), weights
 // w (x^2 when null); returns the scale.
 float search_symmetric(int n, int nmax, const float* x, const float* w, int8_t* L);
+float search_symmetric_scalar(int n, int nmax, const float* x, const float* w, int8_t* L);
 
 // make_q3_quants with do_rmse: q3_K's reference search, weights x^2, nmax 4.
 float search_q3(const float* x, int8_t* L);
+// One coordinate-descent pass of search_q3 over a group (signed codes -4..3); returns how many
+// codes changed.
+int q3_descent_pass(const float* x, int8_t* L, float& sumlx, float& suml2);
+// search_q3 for all 16 groups of a super-block at once (lane per group): codes L[256], scales[16].
+void search_q3_block(const float* x, int8_t* L, float* scales);
 
 // make_qkx2_quants / make_qkx3_quants (identical for non-null weights): affine codes L in
 // [0, nmax] for value = scale*L - min; sets *neg_min to the (non-negative) min.
@@ -146,8 +155,11 @@ struct AffineSearch {
   int nstep;
   bool use_mad;
 };
+// n <= 32.
 float search_affine(int n, int nmax, const float* x, const float* w, uint8_t* L, float* neg_min,
                     const AffineSearch& p);
+float search_affine_scalar(int n, int nmax, const float* x, const float* w, uint8_t* L,
+                           float* neg_min, const AffineSearch& p);
 
 // make_qp_quants: codes L in [0, nmax] for non-negative x (the group scales of a super-block).
 float search_positive(int n, int nmax, const float* x, uint8_t* L, const float* w);

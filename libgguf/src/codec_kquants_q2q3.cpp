@@ -30,17 +30,13 @@ void requantize_q2(const float* x, BlockQ2_K& b, uint8_t* L) {
   }
 }
 
-// hmask takes bit 2 of every code; qs the low two bits.
-void pack_q3_codes(int8_t* L, BlockQ3_K& b) {
+// hmask takes bit 2 of every code (codes are 0..7); qs the low two bits.
+void pack_q3_codes(const int8_t* L, BlockQ3_K& b) {
   std::memset(b.hmask, 0, sizeof b.hmask);
   uint8_t codes[kQK];
   for (int j = 0; j < kQK; ++j) {
-    int l = L[j];
-    if (l > 3) {
-      b.hmask[j % 32] |= static_cast<uint8_t>(1u << (j / 32));
-      l -= 4;
-    }
-    codes[j] = static_cast<uint8_t>(l);
+    b.hmask[j % 32] |= static_cast<uint8_t>(((L[j] >> 2) & 1) << (j / 32));
+    codes[j] = static_cast<uint8_t>(L[j] & 3);
   }
   pack_2bit_planes(codes, b.qs);
 }
@@ -140,8 +136,8 @@ void encode_q3_K_ref(const float* x, uint8_t* dst, int64_t n) {
     int8_t L[kQK];
     float scales[16];
     float max_scale = 0, amax = 0;
+    search_q3_block(x, L, scales);
     for (int j = 0; j < 16; ++j) {
-      scales[j] = search_q3(x + 16 * j, L + 16 * j);
       const float a = std::fabs(scales[j]);
       if (a > amax) {
         amax = a;

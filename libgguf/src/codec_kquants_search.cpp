@@ -1,5 +1,7 @@
-// The per-group scale searches of the k-quant encoders. Every float expression keeps ggml's
-// operand order and grouping: that order, not the math, decides which codes win.
+// The per-group scale searches of the k-quant encoders, written as plainly as ggml's: every
+// float expression keeps ggml's operand order and grouping, because that order, not the math,
+// decides which codes win. The two hot searches also have a faster form (..._simd.cpp) that
+// tests hold equal to these.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -8,7 +10,7 @@
 
 namespace gguf::detail::kq {
 
-float search_symmetric(int n, int nmax, const float* x, const float* w, int8_t* L) {
+float search_symmetric_scalar(int n, int nmax, const float* x, const float* w, int8_t* L) {
   float max = 0, amax = 0;
   for (int i = 0; i < n; ++i) {
     const float ax = std::fabs(x[i]);
@@ -55,6 +57,32 @@ float search_symmetric(int n, int nmax, const float* x, const float* w, int8_t* 
   return scale;
 }
 
+int q3_descent_pass(const float* x, int8_t* L, float& sumlx, float& suml2) {
+  constexpr int kNmax = 4;
+  int changed = 0;
+  for (int i = 0; i < 16; ++i) {
+    const float w = x[i] * x[i];
+    const float li = static_cast<float>(L[i]);
+    float slx = sumlx - w * x[i] * li;
+    if (slx > 0) {
+      float sl2 = suml2 - w * li * li;
+      const int nl = std::clamp(nearest_int(x[i] * sl2 / slx), -kNmax, kNmax - 1);
+      if (nl != L[i]) {
+        const float fl = static_cast<float>(nl);
+        slx += w * x[i] * fl;
+        sl2 += w * fl * fl;
+        if (sl2 > 0 && slx * slx * suml2 > sumlx * sumlx * sl2) {
+          L[i] = static_cast<int8_t>(nl);
+          sumlx = slx;
+          suml2 = sl2;
+          ++changed;
+        }
+      }
+    }
+  }
+  return changed;
+}
+
 float search_q3(const float* x, int8_t* L) {
   constexpr int kN = 16, kNmax = 4;
   float max = 0, amax = 0;
@@ -78,37 +106,14 @@ float search_q3(const float* x, int8_t* L) {
     sumlx += w * x[i] * static_cast<float>(l);
     suml2 += w * static_cast<float>(l) * static_cast<float>(l);
   }
-  // Coordinate descent: move one code at a time while the weighted fit improves.
-  for (int itry = 0; itry < 5; ++itry) {
-    int changed = 0;
-    for (int i = 0; i < kN; ++i) {
-      const float w = x[i] * x[i];
-      const float li = static_cast<float>(L[i]);
-      float slx = sumlx - w * x[i] * li;
-      if (slx > 0) {
-        float sl2 = suml2 - w * li * li;
-        const int nl = std::clamp(nearest_int(x[i] * sl2 / slx), -kNmax, kNmax - 1);
-        if (nl != L[i]) {
-          const float fl = static_cast<float>(nl);
-          slx += w * x[i] * fl;
-          sl2 += w * fl * fl;
-          if (sl2 > 0 && slx * slx * suml2 > sumlx * sumlx * sl2) {
-            L[i] = static_cast<int8_t>(nl);
-            sumlx = slx;
-            suml2 = sl2;
-            ++changed;
-          }
-        }
-      }
-    }
-    if (!changed) break;
-  }
+  for (int itry = 0; itry < 5; ++itry)
+    if (!q3_descent_pass(x, L, sumlx, suml2)) break;
   for (int i = 0; i < kN; ++i) L[i] = static_cast<int8_t>(L[i] + kNmax);
   return suml2 > 0.0f ? sumlx / suml2 : 0.0f;
 }
 
-float search_affine(int n, int nmax, const float* x, const float* w, uint8_t* L, float* neg_min,
-                    const AffineSearch& p) {
+float search_affine_scalar(int n, int nmax, const float* x, const float* w, uint8_t* L,
+                           float* neg_min, const AffineSearch& p) {
   float min = x[0], max = x[0];
   float sum_w = w[0];
   float sum_x = sum_w * x[0];
