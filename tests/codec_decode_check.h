@@ -1,0 +1,76 @@
+// Test helpers for decoder conformance: decode the same bytes with gguf::dequantize and with
+// ggml's dequantize_row_<name>, and compare the float results bit for bit (NaNs included).
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <bit>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "distributions.h"
+#include "ggml_ref.h"
+#include "gguf/codecs.h"
+#include "gguf/types.h"
+
+namespace gguf::testing {
+
+inline int type_id(GgmlType t) { return static_cast<int>(static_cast<uint32_t>(t)); }
+
+// Bytes of n elements of t.
+inline size_t bytes_for(GgmlType t, int64_t n) {
+  return static_cast<size_t>(*row_bytes(t, static_cast<uint64_t>(n)));
+}
+
+// Expects our decode of bytes (n elements of t) to equal ggml's bit for bit.
+inline void expect_decode_matches_ggml(GgmlType t, std::span<const uint8_t> bytes, int64_t n,
+                                       const std::string& what) {
+  std::vector<float> ours(static_cast<size_t>(n)), ref(static_cast<size_t>(n));
+  dequantize(t, bytes, ours);
+  ASSERT_TRUE(GgmlRef::get().dequantize_row(type_id(t), bytes.data(), ref.data(), n))
+      << "ggml has no row decoder for " << traits(t).name;
+  int64_t mismatches = 0, first = -1;
+  for (int64_t i = 0; i < n; ++i) {
+    if (std::bit_cast<uint32_t>(ours[i]) != std::bit_cast<uint32_t>(ref[i])) {
+      if (first < 0) first = i;
+      ++mismatches;
+    }
+  }
+  if (first >= 0) {
+    const int64_t bs = traits(t).block_size;
+    ADD_FAILURE() << traits(t).name << " " << what << ": " << mismatches << " of " << n
+                  << " values differ; first at " << first << " (block " << first / bs << ")"
+                  << std::hex << ": ours 0x" << std::bit_cast<uint32_t>(ours[first]) << ", ggml 0x"
+                  << std::bit_cast<uint32_t>(ref[first]) << std::dec << " (" << ours[first]
+                  << " vs " << ref[first] << ")";
+  }
+}
+
+// Quantizes rows with ggml_quantize_chunk, then checks our decoder on ggml's bytes.
+inline void check_decode_of_ggml_quant(GgmlType t, const std::vector<float>& src, int64_t nrows,
+                                       int64_t n_per_row, const float* imatrix,
+                                       const std::string& what) {
+  std::vector<uint8_t> q(bytes_for(t, n_per_row) * static_cast<size_t>(nrows));
+  const size_t written =
+      GgmlRef::get().quantize_chunk(type_id(t), src.data(), q.data(), 0, nrows, n_per_row, imatrix);
+  ASSERT_EQ(written, q.size()) << what;
+  expect_decode_matches_ggml(t, q, nrows * n_per_row, what);
+}
+
+// Checks our decoder against ggml's on nblocks blocks of random bytes.
+inline void check_decode_of_random_bytes(GgmlType t, int64_t nblocks, uint64_t seed) {
+  const int64_t n = nblocks * traits(t).block_size;
+  const auto bytes = random_bytes(bytes_for(t, n), seed);
+  expect_decode_matches_ggml(t, bytes, n, "random bytes seed " + std::to_string(seed));
+}
+
+// Our decode of one hand-built block.
+inline std::vector<float> decode_block(GgmlType t, std::span<const uint8_t> block) {
+  std::vector<float> out(traits(t).block_size);
+  dequantize(t, block, out);
+  return out;
+}
+
+}  // namespace gguf::testing

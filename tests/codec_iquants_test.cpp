@@ -1,0 +1,236 @@
+// I-quant decoders: hand-built blocks with known values, and bit-exact agreement with ggml's
+// dequantize_row_iq* on ggml's own quantized bytes and on random bytes.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <vector>
+
+#include "codec_decode_check.h"
+#include "codec_iquant_tables.h"
+#include "distributions.h"
+#include "ggml_ref.h"
+#include "gguf/codecs.h"
+
+namespace gguf {
+namespace {
+
+using testing::decode_block;
+
+constexpr uint16_t kHalfOne = 0x3C00;
+
+void put16(std::vector<uint8_t>& b, size_t at, uint16_t v) { std::memcpy(&b[at], &v, 2); }
+void put32(std::vector<uint8_t>& b, size_t at, uint32_t v) { std::memcpy(&b[at], &v, 4); }
+
+std::vector<uint8_t> zero_block(GgmlType t) { return std::vector<uint8_t>(traits(t).type_size); }
+
+TEST(codec_iquants, tables_hold_format_facts) {
+  EXPECT_EQ(detail::iq::kSignsIq2[0], 0);
+  EXPECT_EQ(detail::iq::kSignsIq2[1], 129);
+  EXPECT_EQ(detail::iq::kSignsIq2[3], 3);
+  EXPECT_EQ(detail::iq::kSignsIq2[127], 255);
+  EXPECT_EQ(detail::iq::kIq2XxsGrid[0], 0x0808080808080808u);
+  EXPECT_EQ(detail::iq::kIq2SGrid[256], 0x0819081919191919u);
+  EXPECT_EQ(detail::iq::kIq3XxsGrid[1], 0x04040414u);
+  EXPECT_EQ(detail::iq::kIq3SGrid[256], 0x05090507u);
+  EXPECT_EQ(detail::iq::kIq1SGrid[1024], 0x0000000000ff0100u);
+  EXPECT_EQ(detail::iq::kIq1SGrid[2047], 0x0101010101010101u);
+}
+
+TEST(codec_iquants, decodes_hand_built_iq2_xxs) {
+  auto b = zero_block(GgmlType::IQ2_XXS);
+  put16(b, 0, kHalfOne);
+  b[2] = 1;  // group 0, first 8 values: grid point 1 = {43, 8, 8, 8, 8, 8, 8, 8}
+  // Sign index 1 (values 0 and 7 negative) for the first 8; scale 2: 1 * 2.5 * 0.25 = 0.625.
+  put32(b, 6, 1u | (2u << 28));
+  const auto y = decode_block(GgmlType::IQ2_XXS, b);
+  const std::vector<float> first8 = {-26.875f, 5, 5, 5, 5, 5, 5, -5};
+  EXPECT_EQ(std::vector<float>(y.begin(), y.begin() + 8), first8);
+  EXPECT_EQ(y[8], 5.0f);
+  EXPECT_EQ(y[32], 1.0f);  // zero bytes: scale 0.125 times grid 8
+  EXPECT_EQ(y[255], 1.0f);
+}
+
+TEST(codec_iquants, decodes_hand_built_iq2_xs) {
+  auto b = zero_block(GgmlType::IQ2_XS);
+  put16(b, 0, kHalfOne);
+  put16(b, 2, static_cast<uint16_t>(1 | (1 << 9)));  // grid 1, sign index 1
+  b[66] = 0x31;  // scales of group 0: 1 (values 0-15), 3 (values 16-31)
+  const auto y = decode_block(GgmlType::IQ2_XS, b);
+  EXPECT_EQ(y[0], -43 * 0.375f);
+  EXPECT_EQ(y[1], 3.0f);
+  EXPECT_EQ(y[7], -3.0f);
+  EXPECT_EQ(y[16], 7.0f);  // 8 * 3.5 * 0.25
+  EXPECT_EQ(y[32], 1.0f);
+}
+
+TEST(codec_iquants, decodes_hand_built_iq2_s) {
+  auto b = zero_block(GgmlType::IQ2_S);
+  put16(b, 0, kHalfOne);
+  b[66] = 1 << 2;    // qh of group 0: high index bits 01 for its second 8 values
+  b[34 + 1] = 0x80;  // signs of values 8-15: value 15 negative
+  b[74] = 0x03;      // scale 3 for values 0-15: 3.5 * 0.25
+  const auto y = decode_block(GgmlType::IQ2_S, b);
+  EXPECT_EQ(y[0], 7.0f);
+  // Grid point 256 = {25, 25, 25, 25, 25, 8, 25, 8}.
+  const std::vector<float> second8 = {21.875f, 21.875f, 21.875f, 21.875f,
+                                      21.875f, 7.0f,    21.875f, -7.0f};
+  EXPECT_EQ(std::vector<float>(y.begin() + 8, y.begin() + 16), second8);
+  EXPECT_EQ(y[16], 1.0f);
+}
+
+TEST(codec_iquants, decodes_hand_built_iq3_xxs) {
+  auto b = zero_block(GgmlType::IQ3_XXS);
+  put16(b, 0, kHalfOne);
+  b[2 + 1] = 1;                   // values 4-7: grid point 1 = {20, 4, 4, 4}
+  put32(b, 66, 1u | (1u << 28));  // sign index 1, scale 1: 1.5 * 0.5
+  const auto y = decode_block(GgmlType::IQ3_XXS, b);
+  const std::vector<float> first8 = {-3, 3, 3, 3, 15, 3, 3, -3};
+  EXPECT_EQ(std::vector<float>(y.begin(), y.begin() + 8), first8);
+  EXPECT_EQ(y[32], 1.0f);  // 4 * 0.5 * 0.5
+}
+
+TEST(codec_iquants, decodes_hand_built_iq3_s) {
+  auto b = zero_block(GgmlType::IQ3_S);
+  put16(b, 0, kHalfOne);
+  b[2 + 0] = 1;   // values 0-3: grid point 1 = {3, 1, 1, 1}
+  b[66] = 0x02;   // ninth index bit for values 4-7: grid point 256 = {7, 5, 9, 5}
+  b[74] = 0x01;   // value 0 negative
+  b[106] = 0x21;  // scales: group 0 -> 1 + 2*1 = 3, group 1 -> 1 + 2*2 = 5
+  const auto y = decode_block(GgmlType::IQ3_S, b);
+  const std::vector<float> first8 = {-9, 3, 3, 3, 21, 15, 27, 15};
+  EXPECT_EQ(std::vector<float>(y.begin(), y.begin() + 8), first8);
+  EXPECT_EQ(y[32], 5.0f);  // grid 0 = {1, 1, 1, 1}
+  EXPECT_EQ(y[64], 1.0f);
+}
+
+TEST(codec_iquants, decodes_hand_built_iq1_s) {
+  auto b = zero_block(GgmlType::IQ1_S);
+  put16(b, 0, kHalfOne);
+  b[2 + 1] = 1;                                             // values 8-15: grid point 1
+  put16(b, 34, static_cast<uint16_t>(0x8000 | (2 << 12)));  // scale 2*2+1 = 5, delta -1/8
+  put16(b, 36, static_cast<uint16_t>(4 << 3));              // group 1: values 40-47 use grid 1024
+  const auto y = decode_block(GgmlType::IQ1_S, b);
+  EXPECT_EQ(y[0], -5.625f);  // 5 * (-1 - 0.125)
+  EXPECT_EQ(y[8], 4.375f);   // 5 * (1 - 0.125)
+  EXPECT_EQ(y[9], -5.625f);
+  EXPECT_EQ(y[32], -0.875f);  // 1 * (-1 + 0.125)
+  const std::vector<float> g1024 = {0.125f, 1.125f, -0.875f, 0.125f,
+                                    0.125f, 0.125f, 0.125f,  0.125f};
+  EXPECT_EQ(std::vector<float>(y.begin() + 40, y.begin() + 48), g1024);
+}
+
+TEST(codec_iquants, decodes_hand_built_iq1_m) {
+  auto b = zero_block(GgmlType::IQ1_M);
+  // fp16 1.0 = 0x3C00 is spread over the top nibbles of the scale words: 0, 0, 0xC, 0x3.
+  const uint16_t s0 = static_cast<uint16_t>(1 | (2 << 3));  // group 0: scales 3 and 5
+  put16(b, 48, s0);
+  put16(b, 52, 0xC000);
+  put16(b, 54, 0x3000);
+  b[1] = 1;      // values 8-15: grid point 1
+  b[32] = 0x80;  // values 8-15: delta -1/8
+  b[33] = 0x04;  // values 16-23: grid point 1024
+  const auto y = decode_block(GgmlType::IQ1_M, b);
+  EXPECT_EQ(y[0], -2.625f);  // 3 * (-1 + 0.125)
+  EXPECT_EQ(y[8], 2.625f);   // 3 * (1 - 0.125)
+  EXPECT_EQ(y[9], -3.375f);
+  const std::vector<float> g1024 = {0.625f, 5.625f, -4.375f, 0.625f,
+                                    0.625f, 0.625f, 0.625f,  0.625f};
+  EXPECT_EQ(std::vector<float>(y.begin() + 16, y.begin() + 24), g1024);
+  EXPECT_EQ(y[32], -0.875f);  // scale 2*0+1
+}
+
+TEST(codec_iquants, decodes_hand_built_iq4_nl_and_iq4_xs) {
+  auto b = zero_block(GgmlType::IQ4_NL);
+  put16(b, 0, 0x3800);  // 0.5
+  for (int j = 0; j < 16; ++j) b[2 + j] = static_cast<uint8_t>(j | ((15 - j) << 4));
+  const auto y = decode_block(GgmlType::IQ4_NL, b);
+  EXPECT_EQ(y[0], -63.5f);
+  EXPECT_EQ(y[8], 0.5f);
+  EXPECT_EQ(y[15], 56.5f);
+  EXPECT_EQ(y[16], 56.5f);
+  EXPECT_EQ(y[31], -63.5f);
+
+  auto x = zero_block(GgmlType::IQ4_XS);
+  put16(x, 0, kHalfOne);
+  put16(x, 2, 0x0002 | (0x3 << 14));  // high scale bits: group 0 -> 2, group 7 -> 3
+  x[4] = 0x05;                        // low scale bits: group 0 -> 5, group 1 -> 0
+  x[7] = 0xF0;                        // group 7 -> 15
+  x[8] = 0xF8;                        // values 0 and 16: codes 8 and 15
+  const auto z = decode_block(GgmlType::IQ4_XS, x);
+  EXPECT_EQ(z[0], 5.0f * 1);  // (32 + 5 - 32) * 1
+  EXPECT_EQ(z[16], 5.0f * 113);
+  EXPECT_EQ(z[32], -32.0f * -127);  // group 1: scale 0 - 32
+  EXPECT_EQ(z[224], 31.0f * -127);  // group 7: 48 + 15 - 32
+}
+
+// --- conformance with ggml ---
+
+const GgmlType kIquantTypes[] = {GgmlType::IQ2_XXS, GgmlType::IQ2_XS, GgmlType::IQ2_S,
+                                 GgmlType::IQ3_XXS, GgmlType::IQ3_S,  GgmlType::IQ1_S,
+                                 GgmlType::IQ1_M,   GgmlType::IQ4_NL, GgmlType::IQ4_XS};
+
+void check_ggml_quantized(GgmlType t) {
+  uint64_t seed = 1;
+  for (const int64_t n_per_row : {256, 1024}) {
+    const auto imatrix = testing::make_importance(n_per_row, seed);
+    for (const auto d : testing::all_dists()) {
+      const int64_t nrows = 2;
+      const auto rows = testing::make_rows(d, nrows, n_per_row, ++seed);
+      const std::string what = testing::dist_name(d) + " rows of " + std::to_string(n_per_row);
+      if (!requires_importance(t))
+        testing::check_decode_of_ggml_quant(t, rows, nrows, n_per_row, nullptr, what);
+      testing::check_decode_of_ggml_quant(t, rows, nrows, n_per_row, imatrix.data(),
+                                          what + " with imatrix");
+    }
+  }
+}
+
+TEST(codec_iquants, iq2_xxs_matches_ggml) {
+  GGUF_REQUIRE_GGML();
+  check_ggml_quantized(GgmlType::IQ2_XXS);
+}
+TEST(codec_iquants, iq2_xs_matches_ggml) {
+  GGUF_REQUIRE_GGML();
+  check_ggml_quantized(GgmlType::IQ2_XS);
+}
+TEST(codec_iquants, iq2_s_matches_ggml) {
+  GGUF_REQUIRE_GGML();
+  check_ggml_quantized(GgmlType::IQ2_S);
+}
+TEST(codec_iquants, iq3_xxs_matches_ggml) {
+  GGUF_REQUIRE_GGML();
+  check_ggml_quantized(GgmlType::IQ3_XXS);
+}
+TEST(codec_iquants, iq3_s_matches_ggml) {
+  GGUF_REQUIRE_GGML();
+  check_ggml_quantized(GgmlType::IQ3_S);
+}
+TEST(codec_iquants, iq1_s_matches_ggml) {
+  GGUF_REQUIRE_GGML();
+  check_ggml_quantized(GgmlType::IQ1_S);
+}
+TEST(codec_iquants, iq1_m_matches_ggml) {
+  GGUF_REQUIRE_GGML();
+  check_ggml_quantized(GgmlType::IQ1_M);
+}
+TEST(codec_iquants, iq4_nl_matches_ggml) {
+  GGUF_REQUIRE_GGML();
+  check_ggml_quantized(GgmlType::IQ4_NL);
+}
+TEST(codec_iquants, iq4_xs_matches_ggml) {
+  GGUF_REQUIRE_GGML();
+  check_ggml_quantized(GgmlType::IQ4_XS);
+}
+
+TEST(codec_iquants, random_bytes_match_ggml) {
+  GGUF_REQUIRE_GGML();
+  for (const auto t : kIquantTypes)
+    for (uint64_t seed = 1; seed <= 4; ++seed) testing::check_decode_of_random_bytes(t, 64, seed);
+}
+
+TEST(codec_iquants, all_iquant_types_decode) {
+  for (const auto t : kIquantTypes) EXPECT_TRUE(can_decode(t)) << traits(t).name;
+}
+
+}  // namespace
+}  // namespace gguf
