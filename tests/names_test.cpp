@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdint>
+#include <iterator>
 #include <set>
 #include <string>
 #include <vector>
@@ -236,6 +238,7 @@ TEST(names, hugging_face_w1_w2_w3_names) {
           {"model.layers.9.block_sparse_moe.gate.weight", 2, Role::kRouter},
           {"model.layers.9.mlp.experts.5.up_proj.weight", 2, Role::kRoutedUp},
           {"model.layers.9.mlp.shared_expert_gate.weight", 2, Role::kShared},
+          {"model.layers.9.mlp.shared_expert_gate.weight", 1, Role::kShared},
           {"model.layers.9.mlp.gate_proj.weight", 2, Role::kDenseFfn},
           {"model.layers.9.self_attn.o_proj.weight", 2, Role::kAttnProj},
           {"model.layers.9.input_layernorm.weight", 1, Role::kNorm},
@@ -332,6 +335,37 @@ TEST(names, untrusted_bytes_never_crash) {
   EXPECT_EQ(classify_tensor(big).layer, 1);
   const std::string digits(1 << 20, '9');
   EXPECT_FALSE(classify_tensor("blk." + digits + ".x").layer);
+}
+
+TEST(names, random_token_soup_is_classified_safely) {
+  // Names assembled from the grammar's own pieces hit every branch of the matcher; none may
+  // crash, and a layer, when found, is always in range.
+  const std::string_view pieces[] = {
+      "blk.",    "layers.", "mtp.", "0",       "42",   "999999",
+      "1000000", "007",     ".",    "_",       "ffn",  "gate",
+      "up",      "down",    "exps", "shexp",   "inp",  "attn",
+      "norm",    "experts", "w1",   "w2",      "w3",   "weight",
+      "bias",    "scale",   "hc",   "indexer", "\xff", std::string_view("\0", 1)};
+  uint64_t state = 0x9e3779b97f4a7c15u;
+  auto next = [&] {
+    state ^= state << 13;
+    state ^= state >> 7;
+    state ^= state << 17;
+    return state;
+  };
+  for (int i = 0; i < 20000; ++i) {
+    std::string name;
+    const int n = static_cast<int>(next() % 12);
+    for (int j = 0; j < n; ++j) name += pieces[next() % std::size(pieces)];
+    const int dims = static_cast<int>(next() % 5);
+    const TensorName tn = classify_tensor(name, i % 3 ? "deepseek4" : "mamba", dims);
+    if (tn.layer) {
+      EXPECT_GE(*tn.layer, 0);
+      EXPECT_LE(*tn.layer, kMaxLayer);
+    }
+    EXPECT_NE(role_name(tn.role), "invalid");
+    EXPECT_LE(tn.kind.size(), name.size());
+  }
 }
 
 TEST(names, role_names_and_parsing) {

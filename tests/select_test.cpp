@@ -202,6 +202,10 @@ TEST(select, matches_combines_with_and) {
   Selector h;
   h.patterns = {"blk\\.1\\..*"};
   EXPECT_TRUE(h.matches("blk.1.attn_q.weight", classify_tensor("blk.1.attn_q.weight")));
+  h.patterns = {"(x"};
+  EXPECT_EQ(usage_message([&] { h.matches("x", classify_tensor("x")); }),
+            "invalid --match regex '(x': unbalanced parenthesis or '*', '+', '?' with nothing "
+            "to repeat");
 }
 
 TEST(select, selects_the_ds4_splice_set) {

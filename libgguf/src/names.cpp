@@ -6,6 +6,7 @@
 #include <fmt/ranges.h>
 
 #include <array>
+#include <cstdint>
 #include <string>
 
 #include "gguf/error.h"

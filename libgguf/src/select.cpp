@@ -7,6 +7,8 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <cstdint>
+#include <optional>
 
 #include "gguf/error.h"
 #include "gguf/escape.h"
