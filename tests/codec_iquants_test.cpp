@@ -5,7 +5,7 @@
 #include <cstring>
 #include <vector>
 
-#include "codec_decode_check.h"
+#include "codec_conformance.h"
 #include "codec_iquant_tables.h"
 #include "distributions.h"
 #include "ggml_ref.h"

@@ -3,11 +3,14 @@
 #include <gtest/gtest.h>
 
 #include <bit>
+#include <cfloat>
 #include <cmath>
 #include <cstring>
+#include <iterator>
+#include <random>
 #include <vector>
 
-#include "codec_decode_check.h"
+#include "codec_conformance.h"
 #include "distributions.h"
 #include "ggml_ref.h"
 #include "gguf/codecs.h"
@@ -166,8 +169,126 @@ TEST(codec_misc, random_bytes_match_ggml) {
     for (uint64_t seed = 1; seed <= 8; ++seed) testing::check_decode_of_random_bytes(t, 256, seed);
 }
 
-TEST(codec_misc, all_misc_types_decode) {
-  for (const auto t : kMiscTypes) EXPECT_TRUE(can_decode(t)) << traits(t).name;
+TEST(codec_misc, all_misc_types_decode_and_encode) {
+  for (const auto t : kMiscTypes) {
+    EXPECT_TRUE(can_decode(t)) << traits(t).name;
+    EXPECT_TRUE(can_encode(t)) << traits(t).name;
+    EXPECT_FALSE(uses_importance(t)) << traits(t).name;
+  }
+}
+
+// --- encoders ---
+
+std::vector<float> roundtrip(GgmlType t, const std::vector<float>& x) {
+  std::vector<uint8_t> q(testing::bytes_for(t, static_cast<int64_t>(x.size())));
+  quantize(t, x, 1, static_cast<int64_t>(x.size()), {}, q);
+  std::vector<float> y(x.size());
+  dequantize(t, q, y);
+  return y;
+}
+
+// Values on a format's own grid come back unchanged.
+TEST(codec_misc, encodes_representable_values_exactly) {
+  std::vector<float> fp4(64), ternary(256), signs(128), q2(64);
+  for (size_t j = 0; j < fp4.size(); ++j) fp4[j] = 0.25f * kE2M1[(j * 7) % 16];
+  fp4[5] = 0.25f * 6;  // every block of 16/32 reaches the top level 6 * 2^-2
+  fp4[21] = fp4[37] = fp4[53] = -1.5f;
+  for (size_t j = 0; j < ternary.size(); ++j)
+    ternary[j] = 0.75f * static_cast<float>(j % 3) - 0.75f;
+  for (size_t j = 0; j < signs.size(); ++j) signs[j] = (j % 5 < 2) ? -0.5f : 0.5f;
+  for (size_t j = 0; j < q2.size(); ++j) q2[j] = 3.0f * static_cast<float>(j % 3) - 3.0f;
+  EXPECT_EQ(roundtrip(GgmlType::MXFP4, fp4), fp4);
+  EXPECT_EQ(roundtrip(GgmlType::NVFP4, fp4), fp4);
+  EXPECT_EQ(roundtrip(GgmlType::TQ1_0, ternary), ternary);
+  EXPECT_EQ(roundtrip(GgmlType::TQ2_0, ternary), ternary);
+  EXPECT_EQ(roundtrip(GgmlType::Q1_0, signs), signs);
+  EXPECT_EQ(roundtrip(GgmlType::Q2_0, q2), q2);
+}
+
+TEST(codec_misc, mxfp4_exponent_follows_log2f) {
+  // amax 6 * 2^k: exponent 127 + k. ggml takes floor(log2f(amax)) - 2 + 127 directly.
+  std::vector<float> x(32, 0.0f);
+  x[3] = 6.0f * 1024;
+  std::vector<uint8_t> q(17);
+  quantize(GgmlType::MXFP4, x, 1, 32, {}, q);
+  EXPECT_EQ(q[0], 127 + 10);
+  EXPECT_EQ(q[1 + 3], 7);  // level 6
+  x[3] = 1.0f;
+  quantize(GgmlType::MXFP4, x, 1, 32, {}, q);
+  EXPECT_EQ(q[0], 125);
+  EXPECT_EQ(q[1 + 3], 6);  // level 4 * 2^-2 = 1
+}
+
+TEST(codec_misc, encodes_ggml_rows_like_ggml) {
+  GGUF_REQUIRE_GGML();
+  uint64_t seed = 500;
+  for (const auto t : kMiscTypes)
+    for (const int64_t n_per_row : {256, 1024, 4352})
+      for (const auto d : testing::all_dists()) {
+        const auto rows = testing::make_rows(d, 4, n_per_row, ++seed);
+        const auto imatrix = testing::make_importance(n_per_row, seed);
+        const std::string what = testing::dist_name(d) + " rows of " + std::to_string(n_per_row);
+        testing::expect_encode_matches_ggml(t, rows, 4, n_per_row, nullptr, what);
+        testing::expect_encode_matches_ggml(t, rows, 4, n_per_row, imatrix.data(),
+                                            what + " with imatrix");
+      }
+}
+
+// Rows mixing NaN, infinities, signed zeros, subnormals, values just below powers of two and
+// magnitudes from 2^-149 to FLT_MAX: the edges where ggml's casts, log2f and MAX macro decide.
+std::vector<float> special_rows(int64_t nrows, int64_t n, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  const float pool[] = {NAN,       -NAN,       INFINITY,  -INFINITY,      0.0f,           -0.0f,
+                        0x1p-149f, -0x1p-140f, 0x1p-127f, 0x1.fffffep-1f, 0x1.fffffep+2f, FLT_MAX,
+                        -FLT_MAX,  65504.0f,   65520.0f,  3e38f};
+  std::vector<float> v(static_cast<size_t>(nrows * n));
+  for (int64_t r = 0; r < nrows; ++r) {
+    // Each row has its own magnitude range, so whole blocks land in subnormal or huge territory.
+    const int base = static_cast<int>(rng() % 280) - 150;
+    for (int64_t i = 0; i < n; ++i) {
+      float& x = v[static_cast<size_t>(r * n + i)];
+      const unsigned pick = static_cast<unsigned>(rng() % 64);
+      if (pick < std::size(pool) / 2) {
+        x = pool[rng() % std::size(pool)];
+      } else {
+        const float m = std::ldexp(static_cast<float>(rng() % 0x1000000), -24);  // [0, 1)
+        x = std::ldexp(m, base + static_cast<int>(rng() % 5));
+        if (rng() & 1) x = -x;
+        if (pick == 63) x = std::nextafter(std::ldexp(1.0f, base), 0.0f);
+      }
+    }
+  }
+  return v;
+}
+
+// Sub-blocks whose amax / 6 sits exactly halfway between two UE4M3 scales (normal and
+// subnormal), where the rounding rule decides.
+TEST(codec_misc, nvfp4_scale_ties_like_ggml) {
+  GGUF_REQUIRE_GGML();
+  std::vector<float> x;
+  std::mt19937_64 rng(7);
+  std::uniform_real_distribution<float> uni(-1.0f, 1.0f);
+  auto add_sub_block = [&](float amax) {
+    x.push_back(amax);
+    for (int j = 1; j < 16; ++j) x.push_back(amax * uni(rng));
+  };
+  for (int k = 0; k < 8; ++k) add_sub_block(6.0f * (static_cast<float>(k) + 0.5f) / 512.0f);
+  for (int e = -9; e <= 9; ++e)
+    for (int m = 0; m < 8; ++m)
+      add_sub_block(6.0f * std::ldexp(static_cast<float>(16 + 2 * m + 1) / 16.0f, e));
+  while (x.size() % 64) add_sub_block(1.0f);
+  testing::expect_encode_matches_ggml(GgmlType::NVFP4, x, 1, static_cast<int64_t>(x.size()),
+                                      nullptr, "scale ties");
+}
+
+TEST(codec_misc, encodes_special_values_like_ggml) {
+  GGUF_REQUIRE_GGML();
+  for (const auto t : kMiscTypes)
+    for (uint64_t seed = 1; seed <= 6; ++seed) {
+      const auto rows = special_rows(64, 256, seed * 31 + static_cast<uint64_t>(t));
+      testing::expect_encode_matches_ggml(t, rows, 64, 256, nullptr,
+                                          "special values seed " + std::to_string(seed));
+    }
 }
 
 }  // namespace

@@ -1,5 +1,6 @@
-// Test helpers for decoder conformance: decode the same bytes with gguf::dequantize and with
-// ggml's dequantize_row_<name>, and compare the float results bit for bit (NaNs included).
+// Test helpers for codec conformance: decode the same bytes with gguf::dequantize and with
+// ggml's dequantize_row_<name> and compare the floats bit for bit (NaNs included); encode the
+// same floats with gguf::quantize and ggml_quantize_chunk and compare the bytes.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -64,6 +65,32 @@ inline void check_decode_of_random_bytes(GgmlType t, int64_t nblocks, uint64_t s
   const int64_t n = nblocks * traits(t).block_size;
   const auto bytes = random_bytes(bytes_for(t, n), seed);
   expect_decode_matches_ggml(t, bytes, n, "random bytes seed " + std::to_string(seed));
+}
+
+// Expects gguf::quantize to produce ggml_quantize_chunk's bytes for the same rows and imatrix.
+inline void expect_encode_matches_ggml(GgmlType t, const std::vector<float>& src, int64_t nrows,
+                                       int64_t n_per_row, const float* imatrix,
+                                       const std::string& what) {
+  const size_t size = bytes_for(t, n_per_row) * static_cast<size_t>(nrows);
+  std::vector<uint8_t> ours(size), ref(size);
+  const std::span<const float> importance =
+      imatrix ? std::span<const float>(imatrix, static_cast<size_t>(n_per_row))
+              : std::span<const float>();
+  quantize(t, src, nrows, n_per_row, importance, ours);
+  ASSERT_EQ(GgmlRef::get().quantize_chunk(type_id(t), src.data(), ref.data(), 0, nrows, n_per_row,
+                                          imatrix),
+            size)
+      << what;
+  if (ours == ref) return;
+  size_t first = 0;
+  while (ours[first] == ref[first]) ++first;
+  size_t count = 0;
+  for (size_t i = 0; i < size; ++i) count += ours[i] != ref[i];
+  const size_t block = traits(t).type_size;
+  ADD_FAILURE() << traits(t).name << " " << what << ": " << count << " of " << size
+                << " bytes differ; first at byte " << first << " (block " << first / block
+                << ", byte " << first % block << "): ours " << int{ours[first]} << ", ggml "
+                << int{ref[first]};
 }
 
 // Our decode of one hand-built block.
