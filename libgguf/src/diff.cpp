@@ -1,0 +1,462 @@
+// gguf-diff's comparison: metadata, tensor sets, shapes, types, byte identity by streaming
+// xxh3, and (via diff_metrics.cpp) the numeric error between tensors that differ.
+#include "gguf/diff.h"
+
+#include <fmt/format.h>
+#include <tbb/global_control.h>
+#include <tbb/parallel_for.h>
+#include <xxhash.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+#include <map>
+#include <thread>
+
+#include "diff_internal.h"
+#include "gguf/codecs.h"
+#include "gguf/error.h"
+#include "gguf/escape.h"
+#include "gguf/json.h"
+
+namespace gguf {
+
+const std::vector<float>* ImportanceMap::find(std::string_view name) const {
+  const auto it = weights.find(std::string(name));
+  return it == weights.end() ? nullptr : &it->second;
+}
+
+std::string_view change_name(MetadataChange c) {
+  switch (c) {
+    case MetadataChange::kAdded:
+      return "added";
+    case MetadataChange::kRemoved:
+      return "removed";
+    case MetadataChange::kChanged:
+      break;
+  }
+  return "changed";
+}
+
+std::string_view change_name(TensorChange c) {
+  static constexpr std::string_view kNames[] = {"same",  "only_a", "only_b",
+                                                "shape", "type",   "bytes"};
+  return kNames[static_cast<size_t>(c)];
+}
+
+std::string_view closer_name(Closer c) {
+  return c == Closer::kA ? "a" : c == Closer::kB ? "b" : "tie";
+}
+
+namespace {
+
+// One side of the comparison: a model, or a manifest standing in for one.
+struct SideTensor {
+  std::string key;  // the name compared: escaped when either side is a manifest
+  const std::string* name = nullptr;
+  uint32_t type_id = 0;
+  const std::vector<int64_t>* shape = nullptr;
+  std::optional<uint64_t> bytes;
+  const TensorRef* ref = nullptr;  // null for a manifest
+  std::optional<uint64_t> xxh3;    // a manifest's recorded hash
+};
+
+struct Side {
+  std::vector<std::string> files;
+  std::string arch;
+  const Metadata* metadata = nullptr;
+  std::vector<SideTensor> tensors;
+  std::unordered_map<std::string, size_t> index;  // by key
+};
+
+Side model_side(const Model& m, bool escaped) {
+  Side s;
+  s.files = m.paths();
+  s.arch = m.architecture();
+  s.metadata = &m.metadata();
+  for (const TensorRef& t : m.tensors()) {
+    s.index.emplace(escaped ? utf8_or_escaped(t.name()) : t.name(), s.tensors.size());
+    s.tensors.push_back({escaped ? utf8_or_escaped(t.name()) : t.name(), &t.name(), t.info->type_id,
+                         &t.info->shape, t.info->bytes, &t, std::nullopt});
+  }
+  return s;
+}
+
+Side manifest_side(const Manifest& m) {
+  Side s;
+  s.files = m.files;
+  s.arch = m.architecture;
+  s.metadata = &m.metadata;
+  for (const ManifestTensor& t : m.tensors) {
+    s.index.emplace(t.name, s.tensors.size());
+    s.tensors.push_back({t.name, &t.name, t.type_id, &t.shape, t.bytes, nullptr, t.xxh3});
+  }
+  return s;
+}
+
+// split.* keys describe how a model is cut into files, not the model: a split set and the
+// merged file compare equal.
+bool is_layout_key(std::string_view key) { return key.starts_with("split."); }
+
+bool values_equal(const Value& a, const Value& b, bool json_forms) {
+  if (!json_forms) return a == b;
+  return a.type() == b.type() && (!a.is_array() || a.array_type() == b.array_type()) &&
+         value_json(a) == value_json(b);
+}
+
+std::optional<uint64_t> first_difference(const Value& a, const Value& b, bool json_forms) {
+  if (!a.is_array() || !b.is_array()) return std::nullopt;
+  if (a.array_type() != b.array_type()) return 0;
+  const uint64_t n = std::min(a.array_size(), b.array_size());
+  const bool strings = a.array_type() == ValueType::kString;
+  const size_t es = scalar_size(a.array_type());
+  for (uint64_t i = 0; i < n; ++i) {
+    bool same;
+    if (strings)
+      same = json_forms ? utf8_or_escaped(a.strings()[i]) == utf8_or_escaped(b.strings()[i])
+                        : a.strings()[i] == b.strings()[i];
+    else if (json_forms)
+      same = value_json(a.element(i)) == value_json(b.element(i));
+    else
+      same = std::memcmp(a.packed().data() + i * es, b.packed().data() + i * es, es) == 0;
+    if (!same) return i;
+  }
+  return n;
+}
+
+std::vector<MetadataDiff> diff_metadata(const Side& a, const Side& b, bool json_forms) {
+  const auto key_of = [&](const std::string& k) { return json_forms ? utf8_or_escaped(k) : k; };
+  std::unordered_map<std::string, const KeyValue*> in_b, in_a;
+  for (const auto& kv : b.metadata->entries()) in_b.emplace(key_of(kv.key), &kv);
+  std::vector<MetadataDiff> out;
+  for (const auto& kv : a.metadata->entries()) {
+    if (is_layout_key(kv.key)) continue;
+    const std::string key = key_of(kv.key);
+    in_a.emplace(key, &kv);
+    const auto it = in_b.find(key);
+    if (it == in_b.end()) {
+      out.push_back({kv.key, MetadataChange::kRemoved, kv.value, std::nullopt, std::nullopt});
+    } else if (!values_equal(kv.value, it->second->value, json_forms)) {
+      out.push_back({kv.key, MetadataChange::kChanged, kv.value, it->second->value,
+                     first_difference(kv.value, it->second->value, json_forms)});
+    }
+  }
+  for (const auto& kv : b.metadata->entries())
+    if (!is_layout_key(kv.key) && !in_a.contains(key_of(kv.key)))
+      out.push_back({kv.key, MetadataChange::kAdded, std::nullopt, kv.value, std::nullopt});
+  return out;
+}
+
+TensorSide side_of(const SideTensor& t) { return {t.type_id, *t.shape, t.bytes, t.xxh3}; }
+
+// Pairs of tensors with equal type and shape: identical exactly when their bytes are.
+struct HashPair {
+  size_t diff;  // index into DiffReport::tensors
+  const SideTensor* a;
+  const SideTensor* b;
+};
+
+// Hashes both sides of every pair (a manifest side is already hashed), largest payloads first
+// so that one big tensor does not finish last on its own; stop_early cancels the rest as soon
+// as one pair differs.
+void hash_pairs(const std::vector<HashPair>& pairs, DiffReport& report, const DiffOptions& o) {
+  struct Unit {
+    size_t pair;
+    const TensorRef* t;
+    bool side_b;
+  };
+  std::vector<Unit> units;
+  uint64_t total = 0;
+  for (size_t p = 0; p < pairs.size(); ++p) {
+    if (pairs[p].a->ref) units.push_back({p, pairs[p].a->ref, false});
+    units.push_back({p, pairs[p].b->ref, true});
+  }
+  for (const Unit& u : units) total += u.t->data().size();
+  std::stable_sort(units.begin(), units.end(), [](const Unit& x, const Unit& y) {
+    return x.t->data().size() > y.t->data().size();
+  });
+  std::vector<uint64_t> ha(pairs.size()), hb(pairs.size());
+  for (size_t p = 0; p < pairs.size(); ++p)
+    if (!pairs[p].a->ref) ha[p] = *pairs[p].a->xxh3;
+  std::vector<std::atomic<int>> pending(pairs.size());
+  for (size_t p = 0; p < pairs.size(); ++p) pending[p] = pairs[p].a->ref ? 2 : 1;
+  std::atomic<bool> cancel{false};
+  std::atomic<uint64_t> done{0};
+  tbb::parallel_for(size_t{0}, units.size(), [&](size_t k) {
+    if (cancel.load(std::memory_order_relaxed)) return;
+    const Unit& u = units[k];
+    const auto data = u.t->data();
+    // 16 MiB pieces: progress moves, cancellation is prompt, pages stream through once.
+    constexpr size_t kChunk = size_t{16} << 20;
+    XXH3_state_t* state = XXH3_createState();
+    XXH3_64bits_reset(state);
+    for (size_t off = 0; off < data.size(); off += kChunk) {
+      if (cancel.load(std::memory_order_relaxed)) break;
+      const size_t n = std::min(kChunk, data.size() - off);
+      XXH3_64bits_update(state, data.data() + off, n);
+      const uint64_t d = done.fetch_add(n) + n;
+      if (o.progress) o.progress(d, total);
+    }
+    (u.side_b ? hb : ha)[u.pair] = XXH3_64bits_digest(state);
+    XXH3_freeState(state);
+    if (pending[u.pair].fetch_sub(1) == 1 && o.stop_early && ha[u.pair] != hb[u.pair])
+      cancel = true;
+  });
+  report.hashed_bytes = done.load();
+  if (cancel) {
+    report.stopped_early = true;
+    report.identical = false;
+    return;
+  }
+  for (size_t p = 0; p < pairs.size(); ++p) {
+    TensorDiff& t = report.tensors[pairs[p].diff];
+    t.a->xxh3 = ha[p];
+    t.b->xxh3 = hb[p];
+    if (ha[p] != hb[p]) t.change = TensorChange::kBytes;
+  }
+}
+
+// --paranoid: equal hashes are confirmed byte by byte (a manifest side has no bytes).
+void compare_bytes(const std::vector<HashPair>& pairs, DiffReport& report) {
+  tbb::parallel_for(size_t{0}, pairs.size(), [&](size_t p) {
+    TensorDiff& t = report.tensors[pairs[p].diff];
+    if (t.change != TensorChange::kSame || !pairs[p].a->ref) return;
+    const auto x = pairs[p].a->ref->data(), y = pairs[p].b->ref->data();
+    constexpr size_t kChunk = size_t{16} << 20;
+    for (size_t off = 0; off < x.size(); off += kChunk) {
+      const size_t n = std::min(kChunk, x.size() - off);
+      if (std::memcmp(x.data() + off, y.data() + off, n) != 0) {
+        t.change = TensorChange::kBytes;
+        t.note = "bytes differ although the xxh3 hashes agree";
+        return;
+      }
+    }
+  });
+}
+
+std::optional<std::string> decode_problem(const std::vector<uint32_t>& types) {
+  for (uint32_t id : types) {
+    const TypeTraits* tr = sized_type(id);
+    if (!tr || !can_decode(static_cast<GgmlType>(id)))
+      return fmt::format("no decoder for {} yet", type_name(id));
+  }
+  return std::nullopt;
+}
+
+void measure(const Side& a, const Side& b, DiffReport& report, const DiffOptions& o) {
+  std::vector<detail::ValueJob> jobs;
+  std::vector<size_t> owner;
+  for (size_t i = 0; i < report.tensors.size(); ++i) {
+    TensorDiff& t = report.tensors[i];
+    if (!t.a || !t.b || t.change == TensorChange::kShape) continue;
+    const bool ab = o.values && t.change != TensorChange::kSame;
+    const SideTensor& sa = a.tensors[a.index.at(t.name)];
+    const SideTensor& sb = b.tensors[b.index.at(t.name)];
+    const TensorRef* ref = o.reference ? o.reference->find(t.name) : nullptr;
+    if (o.reference && !ref) t.note = "not in the reference";
+    if (ref && ref->info->shape != t.a->shape) {
+      t.note = "shape differs from the reference";
+      ref = nullptr;
+    }
+    if (!ab && !ref) continue;
+    std::vector<uint32_t> types = {t.a->type_id, t.b->type_id};
+    if (ref) types.push_back(ref->info->type_id);
+    if (const auto problem = decode_problem(types)) {
+      t.note = *problem;
+      continue;
+    }
+    detail::ValueJob job{sa.ref, sb.ref, ref, ab, t.change == TensorChange::kSame, nullptr};
+    if (o.importance) {
+      job.weights = o.importance->find(t.name);
+      if (job.weights)
+        detail::check_importance(*job.weights, t.a->shape, o.importance->path, t.name);
+      else
+        t.note = "not in the importance matrix";
+    }
+    jobs.push_back(job);
+    owner.push_back(i);
+  }
+  const auto results = detail::measure_values(jobs, o.threads, o.progress);
+  for (size_t j = 0; j < jobs.size(); ++j) {
+    TensorDiff& t = report.tensors[owner[j]];
+    t.metrics = results[j].ab;
+    t.ref_a = results[j].ref_a;
+    t.ref_b = results[j].ref_b;
+    if (const TensorRef* ref = jobs[j].ref)
+      t.ref = TensorSide{ref->info->type_id, ref->info->shape, ref->info->bytes, std::nullopt};
+    const bool need_b = jobs[j].measure_ab || (jobs[j].ref && !jobs[j].b_equals_a);
+    report.decoded_elements +=
+        jobs[j].a->info->n_elements * (1 + need_b + (jobs[j].ref != nullptr));
+    if (t.ref_a && t.ref_b) {
+      const uint64_t bad_a = t.ref_a->nan_x + t.ref_a->inf_x,
+                     bad_b = t.ref_b->nan_x + t.ref_b->inf_x;
+      const double sa = t.ref_a->score(), sb = t.ref_b->score();
+      if (bad_a != bad_b)
+        t.closer = bad_a < bad_b ? Closer::kA : Closer::kB;
+      else
+        t.closer = sa < sb ? Closer::kA : sb < sa ? Closer::kB : Closer::kTie;
+    }
+  }
+}
+
+void add_to_group(DiffGroup& g, const TensorDiff& t) {
+  ++g.tensors;
+  if (t.change != TensorChange::kSame) ++g.changed;
+  if (t.a && t.a->bytes) g.bytes_a += *t.a->bytes;
+  if (t.b && t.b->bytes) g.bytes_b += *t.b->bytes;
+  if (t.metrics) ++g.measured, g.metrics.merge(*t.metrics);
+  if (t.closer) {
+    ++g.ref_measured;
+    g.ref_a.merge(*t.ref_a);
+    g.ref_b.merge(*t.ref_b);
+    ++(*t.closer == Closer::kA ? g.closer_a : *t.closer == Closer::kB ? g.closer_b : g.ties);
+  }
+}
+
+void summarise(DiffReport& r) {
+  std::map<Role, DiffGroup> roles;
+  std::map<int, DiffGroup> layers;  // -1: no layer, listed last
+  for (const TensorDiff& t : r.tensors) {
+    add_to_group(roles[t.role], t);
+    add_to_group(layers[t.layer.value_or(-1)], t);
+  }
+  for (auto& [role, g] : roles) {
+    g.key = std::string(role_name(role));
+    r.by_role.push_back(std::move(g));
+  }
+  for (auto& [layer, g] : layers) {
+    g.key = layer < 0 ? "-" : std::to_string(layer);
+    if (layer >= 0) r.by_layer.push_back(std::move(g));
+  }
+  if (layers.contains(-1)) r.by_layer.push_back(std::move(layers[-1]));
+}
+
+DiffReport diff_sides(const Side& a, const Side& b, bool json_forms, const DiffOptions& o) {
+  DiffReport r;
+  r.files_a = a.files;
+  r.files_b = b.files;
+  if (o.reference) r.files_ref = o.reference->paths();
+  r.values = o.values;
+  r.weighted = o.importance != nullptr;
+  r.reference = o.reference != nullptr;
+  if (o.metadata) r.metadata = diff_metadata(a, b, json_forms);
+  if (!r.metadata.empty()) r.identical = false;
+  if (o.stop_early && !r.identical) {
+    r.stopped_early = true;
+    return r;
+  }
+
+  // A's tensors in A's order, then those only in B.
+  std::vector<std::pair<const SideTensor*, const SideTensor*>> rows;
+  for (const SideTensor& t : a.tensors) {
+    const auto it = b.index.find(t.key);
+    rows.emplace_back(&t, it == b.index.end() ? nullptr : &b.tensors[it->second]);
+  }
+  for (const SideTensor& t : b.tensors)
+    if (!a.index.contains(t.key)) rows.emplace_back(nullptr, &t);
+  std::vector<std::string> names;
+  std::vector<int> dims;
+  for (const auto& [ta, tb] : rows) {
+    const SideTensor& t = ta ? *ta : *tb;
+    names.push_back(tb && tb->ref ? *tb->name : *t.name);
+    dims.push_back(static_cast<int>(t.shape->size()));
+  }
+  const std::string arch = a.arch.empty() ? b.arch : a.arch;
+  std::vector<size_t> chosen;
+  if (o.selector.empty()) {
+    for (size_t i = 0; i < rows.size(); ++i) chosen.push_back(i);
+  } else if (!rows.empty()) {
+    chosen = select_tensors(o.selector, names, dims, arch,
+                            fmt::format("{} and {}", a.files.front(), b.files.front()));
+  }
+
+  std::vector<HashPair> pairs;
+  for (size_t i : chosen) {
+    const auto [ta, tb] = rows[i];
+    TensorDiff t;
+    t.name = names[i];
+    const TensorName tn = classify_tensor(t.name, arch, dims[i]);
+    t.role = tn.role;
+    t.layer = tn.layer;
+    if (ta) t.a = side_of(*ta), r.bytes_a += ta->bytes.value_or(0);
+    if (tb) t.b = side_of(*tb), r.bytes_b += tb->bytes.value_or(0);
+    if (!tb)
+      t.change = TensorChange::kOnlyA;
+    else if (!ta)
+      t.change = TensorChange::kOnlyB;
+    else if (*ta->shape != *tb->shape)
+      t.change = TensorChange::kShape;
+    else if (ta->type_id != tb->type_id)
+      t.change = TensorChange::kType;
+    else
+      pairs.push_back({r.tensors.size(), ta, tb});
+    if (t.change != TensorChange::kSame) r.identical = false;
+    r.tensors.push_back(std::move(t));
+  }
+  for (const HashPair& p : pairs)
+    if (!p.a->ref && !p.a->xxh3)
+      throw Error(a.files.front(), tensor_object(*p.a->name), std::nullopt,
+                  "the manifest has no xxh3 for this tensor; write it with gguf-inspect --hashes "
+                  "--json");
+
+  if (o.stop_early && !r.identical) {
+    r.stopped_early = true;
+    return r;
+  }
+  const unsigned threads =
+      o.threads ? o.threads : std::max(1u, std::thread::hardware_concurrency());
+  {
+    tbb::global_control limit(tbb::global_control::max_allowed_parallelism, threads);
+    hash_pairs(pairs, r, o);
+    if (r.stopped_early) return r;
+    if (o.paranoid) compare_bytes(pairs, r);
+  }
+  for (const TensorDiff& t : r.tensors) {
+    switch (t.change) {
+      case TensorChange::kSame:
+        ++r.counts.same;
+        break;
+      case TensorChange::kOnlyA:
+        ++r.counts.only_a;
+        break;
+      case TensorChange::kOnlyB:
+        ++r.counts.only_b;
+        break;
+      case TensorChange::kShape:
+        ++r.counts.shape;
+        break;
+      case TensorChange::kType:
+        ++r.counts.type;
+        break;
+      case TensorChange::kBytes:
+        ++r.counts.bytes;
+        break;
+    }
+  }
+  if (r.counts.changed()) r.identical = false;
+  if (o.stop_early && !r.identical) {
+    r.stopped_early = true;
+    return r;
+  }
+  if ((o.values || o.reference) && !o.stop_early) measure(a, b, r, o);
+  summarise(r);
+  return r;
+}
+
+}  // namespace
+
+DiffReport diff_models(const Model& a, const Model& b, const DiffOptions& options) {
+  return diff_sides(model_side(a, false), model_side(b, false), false, options);
+}
+
+DiffReport diff_manifest(const Manifest& a, const Model& b, const DiffOptions& options) {
+  if (options.values || options.reference)
+    usage_error(
+        "--values and --reference need the tensor data of both sides; a manifest holds "
+        "only hashes");
+  DiffReport r = diff_sides(manifest_side(a), model_side(b, true), true, options);
+  r.a_is_manifest = true;
+  return r;
+}
+
+}  // namespace gguf

@@ -1,0 +1,45 @@
+// Internal: the numeric half of gguf-diff (diff_metrics.cpp), called by diff.cpp.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <vector>
+
+#include "gguf/diff.h"
+#include "gguf/model.h"
+
+namespace gguf::detail {
+
+// One tensor to measure: B against A, and/or A and B against a reference. All present
+// tensors have equal shapes and decodable types.
+struct ValueJob {
+  const TensorRef* a = nullptr;
+  const TensorRef* b = nullptr;
+  const TensorRef* ref = nullptr;  // null: no three-way measurement
+  bool measure_ab = false;         // B against A
+  bool b_equals_a = false;         // byte-identical: B against the reference = A against it
+  const std::vector<float>* weights = nullptr;  // importance, already checked against the shape
+};
+
+struct ValueResult {
+  std::optional<ErrorMetrics> ab, ref_a, ref_b;
+};
+
+// Measures every job, decoding row chunks in parallel (up to threads workers) with bounded
+// memory; partial sums are merged in row order so results do not depend on the thread count.
+// progress gets (input bytes decoded, total input bytes).
+std::vector<ValueResult> measure_values(const std::vector<ValueJob>& jobs, unsigned threads,
+                                        const std::function<void(uint64_t, uint64_t)>& progress);
+
+// Adds n element pairs to m: x against base, with per-element weights w (or null).
+void accumulate(const float* base, const float* x, size_t n, const float* w, ErrorMetrics& m);
+
+// Checks an importance vector against a tensor's shape: it must hold ne0 weights or one slice
+// of ne0 per matrix (ne2 * ne3 of them); throws gguf::Error naming imatrix path and tensor.
+void check_importance(const std::vector<float>& w, const std::vector<int64_t>& shape,
+                      const std::string& path, const std::string& tensor);
+
+}  // namespace gguf::detail

@@ -1,0 +1,227 @@
+// Reading a gguf-inspect --hashes --json document back as a manifest that gguf-diff can compare
+// a model against: metadata values rebuilt from their JSON form, tensors with their hashes.
+#include <fmt/format.h>
+
+#include <cstring>
+#include <fstream>
+#include <limits>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <unordered_set>
+
+#include "gguf/diff.h"
+#include "gguf/error.h"
+#include "gguf/file.h"
+#include "gguf/types.h"
+
+namespace gguf {
+namespace {
+
+using nlohmann::json;
+
+std::optional<ValueType> parse_value_type(std::string_view name) {
+  for (uint32_t i = 0; i < kValueTypeCount; ++i)
+    if (value_type_name(static_cast<ValueType>(i)) == name) return static_cast<ValueType>(i);
+  return std::nullopt;
+}
+
+// The raw little-endian bits of a scalar of type t given as JSON; nullopt when j does not fit.
+std::optional<uint64_t> scalar_bits(const json& j, ValueType t) {
+  const auto in_range = [&](int64_t lo, uint64_t hi) -> std::optional<uint64_t> {
+    if (j.is_number_unsigned()) {
+      const uint64_t v = j.get<uint64_t>();
+      if (v > hi) return std::nullopt;
+      return v;
+    }
+    if (j.is_number_integer()) {
+      const int64_t v = j.get<int64_t>();
+      if (v < lo || (v > 0 && static_cast<uint64_t>(v) > hi)) return std::nullopt;
+      return static_cast<uint64_t>(v);
+    }
+    return std::nullopt;
+  };
+  const auto mask = [](std::optional<uint64_t> v, int bytes) -> std::optional<uint64_t> {
+    if (!v || bytes == 8) return v;
+    return *v & ((uint64_t{1} << (8 * bytes)) - 1);
+  };
+  switch (t) {
+    case ValueType::kU8:
+      return in_range(0, UINT8_MAX);
+    case ValueType::kI8:
+      return mask(in_range(INT8_MIN, INT8_MAX), 1);
+    case ValueType::kU16:
+      return in_range(0, UINT16_MAX);
+    case ValueType::kI16:
+      return mask(in_range(INT16_MIN, INT16_MAX), 2);
+    case ValueType::kU32:
+      return in_range(0, UINT32_MAX);
+    case ValueType::kI32:
+      return mask(in_range(INT32_MIN, INT32_MAX), 4);
+    case ValueType::kU64:
+      return in_range(0, UINT64_MAX);
+    case ValueType::kI64:
+      return in_range(INT64_MIN, INT64_MAX);
+    case ValueType::kBool:
+      if (!j.is_boolean()) return std::nullopt;
+      return j.get<bool>() ? 1 : 0;
+    case ValueType::kF32:
+    case ValueType::kF64: {
+      // The inspect JSON writes NaN and infinities as null.
+      double d = std::numeric_limits<double>::quiet_NaN();
+      if (j.is_number())
+        d = j.get<double>();
+      else if (!j.is_null())
+        return std::nullopt;
+      uint64_t bits = 0;
+      if (t == ValueType::kF32) {
+        const float f = static_cast<float>(d);
+        std::memcpy(&bits, &f, 4);
+      } else {
+        std::memcpy(&bits, &d, 8);
+      }
+      return bits;
+    }
+    default:
+      return std::nullopt;
+  }
+}
+
+Value metadata_value(const json& e, const std::string& path, const std::string& key) {
+  const auto fail = [&](const std::string& msg) -> Error {
+    return Error(path, key_object(key), std::nullopt, msg);
+  };
+  if (!e.contains("type") || !e["type"].is_string()) throw fail("metadata entry has no \"type\"");
+  const auto type = parse_value_type(e["type"].get<std::string>());
+  if (!type) throw fail(fmt::format("unknown value type \"{}\"", e["type"].get<std::string>()));
+  if (!e.contains("value")) throw fail("metadata entry has no \"value\"");
+  const json& v = e["value"];
+  if (*type == ValueType::kString) {
+    if (!v.is_string()) throw fail("value of type string is not a JSON string");
+    return Value::string(v.get<std::string>());
+  }
+  if (*type != ValueType::kArray) {
+    const auto bits = scalar_bits(v, *type);
+    if (!bits)
+      throw fail(
+          fmt::format("value {} does not fit type {}", v.dump(), e["type"].get<std::string>()));
+    return Value::from_bits(*type, *bits);
+  }
+  if (!e.contains("element_type") || !e["element_type"].is_string())
+    throw fail("array entry has no \"element_type\"");
+  const auto elem = parse_value_type(e["element_type"].get<std::string>());
+  if (!elem || *elem == ValueType::kArray)
+    throw fail(fmt::format("bad element type \"{}\"", e["element_type"].get<std::string>()));
+  if (!v.is_array()) throw fail("value of an array entry is not a JSON array");
+  if (*elem == ValueType::kString) {
+    std::vector<std::string> strings;
+    strings.reserve(v.size());
+    for (const auto& s : v) {
+      if (!s.is_string()) throw fail("string array holds a non-string element");
+      strings.push_back(s.get<std::string>());
+    }
+    return Value::string_array(std::move(strings));
+  }
+  const size_t es = scalar_size(*elem);
+  std::vector<uint8_t> packed(v.size() * es);
+  for (size_t i = 0; i < v.size(); ++i) {
+    const auto bits = scalar_bits(v[i], *elem);
+    if (!bits)
+      throw fail(fmt::format("array element {} ({}) does not fit type {}", i, v[i].dump(),
+                             value_type_name(*elem)));
+    std::memcpy(packed.data() + i * es, &*bits, es);
+  }
+  return Value::scalar_array(*elem, std::move(packed));
+}
+
+ManifestTensor manifest_tensor(const json& t, size_t index, const std::string& path) {
+  const std::string object = t.is_object() && t.contains("name") && t["name"].is_string()
+                                 ? tensor_object(t["name"].get<std::string>())
+                                 : fmt::format("tensor #{}", index);
+  const auto fail = [&](const std::string& msg) -> Error {
+    return Error(path, object, std::nullopt, msg);
+  };
+  if (!t.is_object() || !t.contains("name") || !t["name"].is_string())
+    throw fail("tensor entry has no \"name\"");
+  ManifestTensor m;
+  m.name = t["name"].get<std::string>();
+  if (t.contains("type_id") && t["type_id"].is_number_unsigned()) {
+    m.type_id = t["type_id"].get<uint32_t>();
+  } else if (t.contains("type") && t["type"].is_string()) {
+    const auto type = parse_type(t["type"].get<std::string>());
+    if (!type) throw fail(fmt::format("unknown tensor type \"{}\"", t["type"].get<std::string>()));
+    m.type_id = static_cast<uint32_t>(*type);
+  } else {
+    throw fail("tensor entry has no \"type\"");
+  }
+  if (!t.contains("shape") || !t["shape"].is_array() || t["shape"].size() > kMaxDims)
+    throw fail(fmt::format("tensor entry has no \"shape\" of at most {} dimensions", kMaxDims));
+  for (const auto& d : t["shape"]) {
+    if (!d.is_number_integer() || d.get<int64_t>() < 0)
+      throw fail(fmt::format("shape element {} is not a non-negative integer", d.dump()));
+    m.shape.push_back(d.get<int64_t>());
+  }
+  if (t.contains("bytes") && t["bytes"].is_number_unsigned()) m.bytes = t["bytes"].get<uint64_t>();
+  if (t.contains("xxh3")) {
+    const json& h = t["xxh3"];
+    const std::string s = h.is_string() ? h.get<std::string>() : std::string();
+    if (s.size() != 16 || s.find_first_not_of("0123456789abcdefABCDEF") != std::string::npos)
+      throw fail(fmt::format("xxh3 {} is not 16 hex digits", h.dump()));
+    m.xxh3 = std::stoull(s, nullptr, 16);
+  }
+  return m;
+}
+
+}  // namespace
+
+Manifest parse_manifest(std::string_view json_text, const std::string& path) {
+  json doc;
+  try {
+    doc = json::parse(json_text);
+  } catch (const json::parse_error& e) {
+    throw Error(path, {}, e.byte ? std::optional<uint64_t>(e.byte - 1) : std::nullopt,
+                "not a JSON document; expected the output of gguf-inspect --hashes --json");
+  }
+  if (!doc.is_object() || !doc.contains("tensors") || !doc["tensors"].is_array())
+    throw Error(path, {}, std::nullopt,
+                "no \"tensors\" array; expected the output of gguf-inspect --hashes --json");
+  Manifest m;
+  m.path = path;
+  if (doc.contains("files") && doc["files"].is_array())
+    for (const auto& f : doc["files"])
+      if (f.is_string()) m.files.push_back(f.get<std::string>());
+  if (m.files.empty()) m.files.push_back(path);
+  if (doc.contains("architecture") && doc["architecture"].is_string())
+    m.architecture = doc["architecture"].get<std::string>();
+  if (doc.contains("metadata")) {
+    if (!doc["metadata"].is_array())
+      throw Error(path, {}, std::nullopt, "\"metadata\" is not an array");
+    for (const auto& e : doc["metadata"]) {
+      if (!e.is_object() || !e.contains("key") || !e["key"].is_string())
+        throw Error(path, {}, std::nullopt, "metadata entry has no \"key\"");
+      const std::string key = e["key"].get<std::string>();
+      if (!m.metadata.append({key, metadata_value(e, path, key), 0}))
+        throw Error(path, key_object(key), std::nullopt, "duplicate metadata key");
+    }
+  }
+  const json& tensors = doc["tensors"];
+  std::unordered_set<std::string> seen;
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    m.tensors.push_back(manifest_tensor(tensors[i], i, path));
+    if (!seen.insert(m.tensors.back().name).second)
+      throw Error(path, tensor_object(m.tensors.back().name), std::nullopt,
+                  "duplicate tensor name");
+  }
+  return m;
+}
+
+Manifest read_manifest(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in)
+    throw Error(path, {}, std::nullopt, fmt::format("cannot open: {}", std::strerror(errno)));
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  if (in.bad()) throw Error(path, {}, std::nullopt, "read failed");
+  return parse_manifest(ss.str(), path);
+}
+
+}  // namespace gguf

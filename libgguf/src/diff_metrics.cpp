@@ -1,0 +1,324 @@
+// The numeric half of gguf-diff: decode row chunks of two (or three) tensors and pool their
+// error sums in double, optionally weighted per column by an importance matrix.
+#include <fmt/format.h>
+#include <tbb/enumerable_thread_specific.h>
+#include <tbb/global_control.h>
+#include <tbb/parallel_for.h>
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <limits>
+#include <thread>
+
+#include "diff_internal.h"
+#include "gguf/codecs.h"
+#include "gguf/error.h"
+#include "gguf/file.h"
+
+namespace gguf {
+
+namespace {
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+}
+
+double ErrorMetrics::rmse() const {
+  return count ? std::sqrt(sum_sq_diff / static_cast<double>(count)) : kNaN;
+}
+
+double ErrorMetrics::rel() const {
+  if (sum_sq_base > 0) return std::sqrt(sum_sq_diff / sum_sq_base);
+  return sum_sq_diff == 0 ? 0.0 : kNaN;
+}
+
+double ErrorMetrics::cosine() const {
+  if (!(sum_sq_base > 0 && sum_sq_x > 0)) return kNaN;
+  // Rounding can push |cos| a hair past 1 for parallel vectors.
+  return std::clamp(sum_dot / std::sqrt(sum_sq_base * sum_sq_x), -1.0, 1.0);
+}
+
+double ErrorMetrics::snr_db() const {
+  if (sum_sq_diff == 0) return std::numeric_limits<double>::infinity();
+  return 10.0 * std::log10(sum_sq_base / sum_sq_diff);
+}
+
+double ErrorMetrics::weighted_rmse() const {
+  return weighted && sum_w > 0 ? std::sqrt(sum_w_sq_diff / sum_w) : kNaN;
+}
+
+double ErrorMetrics::weighted_rel() const {
+  if (!weighted) return kNaN;
+  if (sum_w_sq_base > 0) return std::sqrt(sum_w_sq_diff / sum_w_sq_base);
+  return sum_w_sq_diff == 0 ? 0.0 : kNaN;
+}
+
+void ErrorMetrics::merge(const ErrorMetrics& o) {
+  count += o.count;
+  sum_sq_diff += o.sum_sq_diff;
+  sum_sq_base += o.sum_sq_base;
+  sum_sq_x += o.sum_sq_x;
+  sum_dot += o.sum_dot;
+  max_abs = std::max(max_abs, o.max_abs);
+  nan_base += o.nan_base;
+  inf_base += o.inf_base;
+  nan_x += o.nan_x;
+  inf_x += o.inf_x;
+  weighted = weighted || o.weighted;
+  sum_w += o.sum_w;
+  sum_w_sq_diff += o.sum_w_sq_diff;
+  sum_w_sq_base += o.sum_w_sq_base;
+}
+
+namespace detail {
+namespace {
+
+struct Sums {
+  double d2 = 0, b2 = 0, x2 = 0, dot = 0, mx = 0, w = 0, wd2 = 0, wb2 = 0;
+};
+
+// Independent lanes let the compiler keep several vector accumulators without reassociating
+// (no -ffast-math); the avx2 clone doubles the width where the CPU has it.
+template <bool kWeighted>
+__attribute__((always_inline)) inline Sums lane_sums(const float* base, const float* x, size_t n,
+                                                     const float* w) {
+  constexpr size_t kLanes = 8;
+  double d2[kLanes] = {}, b2[kLanes] = {}, x2[kLanes] = {}, dot[kLanes] = {}, mx[kLanes] = {};
+  double sw[kLanes] = {}, wd2[kLanes] = {}, wb2[kLanes] = {};
+  size_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) {
+    for (size_t j = 0; j < kLanes; ++j) {
+      const double a = base[i + j], b = x[i + j], d = b - a, ad = std::fabs(d);
+      d2[j] += d * d;
+      b2[j] += a * a;
+      x2[j] += b * b;
+      dot[j] += a * b;
+      mx[j] = ad > mx[j] ? ad : mx[j];
+      if constexpr (kWeighted) {
+        const double wt = w[i + j];
+        sw[j] += wt;
+        wd2[j] += wt * d * d;
+        wb2[j] += wt * a * a;
+      }
+    }
+  }
+  Sums s;
+  for (size_t j = 0; j < kLanes; ++j) {
+    s.d2 += d2[j];
+    s.b2 += b2[j];
+    s.x2 += x2[j];
+    s.dot += dot[j];
+    s.mx = std::max(s.mx, mx[j]);
+    s.w += sw[j];
+    s.wd2 += wd2[j];
+    s.wb2 += wb2[j];
+  }
+  for (; i < n; ++i) {
+    const double a = base[i], b = x[i], d = b - a;
+    s.d2 += d * d;
+    s.b2 += a * a;
+    s.x2 += b * b;
+    s.dot += a * b;
+    s.mx = std::max(s.mx, std::fabs(d));
+    if constexpr (kWeighted) {
+      s.w += w[i];
+      s.wd2 += w[i] * d * d;
+      s.wb2 += w[i] * a * a;
+    }
+  }
+  return s;
+}
+
+__attribute__((target_clones("avx2", "default"))) Sums plain_sums(const float* base, const float* x,
+                                                                  size_t n) {
+  return lane_sums<false>(base, x, n, nullptr);
+}
+
+__attribute__((target_clones("avx2", "default"))) Sums weighted_sums(const float* base,
+                                                                     const float* x, size_t n,
+                                                                     const float* w) {
+  return lane_sums<true>(base, x, n, w);
+}
+
+// The careful path, taken only for chunks holding a NaN or an infinity: such pairs are counted
+// and left out of the sums so one bad element does not turn every metric into NaN.
+void accumulate_checked(const float* base, const float* x, size_t n, const float* w,
+                        ErrorMetrics& m) {
+  for (size_t i = 0; i < n; ++i) {
+    const bool fa = std::isfinite(base[i]), fx = std::isfinite(x[i]);
+    if (!fa) ++(std::isnan(base[i]) ? m.nan_base : m.inf_base);
+    if (!fx) ++(std::isnan(x[i]) ? m.nan_x : m.inf_x);
+    if (!fa || !fx) continue;
+    const double a = base[i], b = x[i], d = b - a;
+    m.sum_sq_diff += d * d;
+    m.sum_sq_base += a * a;
+    m.sum_sq_x += b * b;
+    m.sum_dot += a * b;
+    m.max_abs = std::max(m.max_abs, std::fabs(d));
+    ++m.count;
+    if (w) {
+      m.sum_w += w[i];
+      m.sum_w_sq_diff += w[i] * d * d;
+      m.sum_w_sq_base += w[i] * a * a;
+    }
+  }
+}
+
+}  // namespace
+
+void accumulate(const float* base, const float* x, size_t n, const float* w, ErrorMetrics& m) {
+  if (w) m.weighted = true;
+  const Sums s = w ? weighted_sums(base, x, n, w) : plain_sums(base, x, n);
+  // Squares of non-finite inputs are non-finite, and squares of finite floats cannot overflow
+  // a double, so these two sums tell whether the chunk needs the careful path.
+  if (!std::isfinite(s.b2 + s.x2)) {
+    accumulate_checked(base, x, n, w, m);
+    return;
+  }
+  m.count += n;
+  m.sum_sq_diff += s.d2;
+  m.sum_sq_base += s.b2;
+  m.sum_sq_x += s.x2;
+  m.sum_dot += s.dot;
+  m.max_abs = std::max(m.max_abs, s.mx);
+  m.sum_w += s.w;
+  m.sum_w_sq_diff += s.wd2;
+  m.sum_w_sq_base += s.wb2;
+}
+
+void check_importance(const std::vector<float>& w, const std::vector<int64_t>& shape,
+                      const std::string& path, const std::string& tensor) {
+  const uint64_t ne0 = shape.empty() ? 1 : static_cast<uint64_t>(shape[0]);
+  uint64_t matrices = 1;
+  for (size_t d = 2; d < shape.size(); ++d) matrices *= static_cast<uint64_t>(shape[d]);
+  if (w.size() == ne0 || w.size() == ne0 * matrices) return;
+  const std::string expected = matrices > 1 ? fmt::format("{} (ne0) or {} ({} slices of {})", ne0,
+                                                          ne0 * matrices, matrices, ne0)
+                                            : fmt::format("{} (ne0)", ne0);
+  throw Error(
+      path, tensor_object(tensor), std::nullopt,
+      fmt::format("{} importance weights do not fit the tensor: expected {}", w.size(), expected));
+}
+
+namespace {
+
+// About 4 MiB of floats per decoded side: enough to amortise dispatch, small enough that
+// memory stays bounded by threads x 3 buffers whatever the tensor size.
+constexpr uint64_t kChunkElements = uint64_t{1} << 20;
+
+struct Item {
+  size_t job;
+  uint64_t row0, rows;
+};
+
+struct Geometry {
+  uint64_t ne0 = 1, ne1 = 1, nrows = 0;
+};
+
+Geometry geometry(const TensorInfo& t) {
+  Geometry g;
+  g.ne0 = t.shape.empty() ? 1 : static_cast<uint64_t>(t.shape[0]);
+  g.ne1 = t.shape.size() > 1 ? static_cast<uint64_t>(t.shape[1]) : 1;
+  g.nrows = g.ne0 ? t.n_elements / g.ne0 : 0;
+  return g;
+}
+
+struct Buffers {
+  std::vector<float> a, b, ref;
+};
+
+// Decodes rows [row0, row0 + rows) of t into out.
+void decode_rows(const TensorRef& t, uint64_t ne0, uint64_t row0, uint64_t rows,
+                 std::vector<float>& out) {
+  const auto type = static_cast<GgmlType>(t.info->type_id);
+  const uint64_t rb = *row_bytes(type, ne0);
+  out.resize(rows * ne0);
+  try {
+    dequantize(type, t.data().subspan(row0 * rb, rows * rb), out);
+  } catch (const Error& e) {
+    throw e.with_context(t.file->path(), tensor_object(t.name()));
+  }
+}
+
+// Row by row, so that each row gets its own slice of the importance weights.
+void accumulate_rows(const std::vector<float>& base, const std::vector<float>& x,
+                     const ValueJob& job, const Geometry& g, uint64_t row0, uint64_t rows,
+                     ErrorMetrics& m) {
+  if (!job.weights) {
+    accumulate(base.data(), x.data(), base.size(), nullptr, m);
+    return;
+  }
+  const uint64_t slices = job.weights->size() / g.ne0;
+  for (uint64_t r = 0; r < rows; ++r) {
+    const uint64_t slice = slices == 1 ? 0 : (row0 + r) / g.ne1;
+    accumulate(base.data() + r * g.ne0, x.data() + r * g.ne0, g.ne0,
+               job.weights->data() + slice * g.ne0, m);
+  }
+}
+
+}  // namespace
+
+std::vector<ValueResult> measure_values(const std::vector<ValueJob>& jobs, unsigned threads,
+                                        const std::function<void(uint64_t, uint64_t)>& progress) {
+  std::vector<Item> items;
+  std::vector<Geometry> geo(jobs.size());
+  uint64_t total = 0;
+  for (size_t j = 0; j < jobs.size(); ++j) {
+    geo[j] = geometry(*jobs[j].a->info);
+    const uint64_t per = std::max<uint64_t>(1, kChunkElements / std::max<uint64_t>(1, geo[j].ne0));
+    for (uint64_t r = 0; r < geo[j].nrows; r += per)
+      items.push_back({j, r, std::min(per, geo[j].nrows - r)});
+    const auto bytes = [](const TensorRef* t) { return t ? t->data().size() : 0; };
+    total += bytes(jobs[j].a) + (jobs[j].b_equals_a ? 0 : bytes(jobs[j].b)) + bytes(jobs[j].ref);
+  }
+  // One partial per item, merged in row order below: the result is independent of scheduling.
+  std::vector<std::array<ErrorMetrics, 3>> partial(items.size());
+  std::atomic<uint64_t> done{0};
+  if (threads == 0) threads = std::max(1u, std::thread::hardware_concurrency());
+  tbb::global_control limit(tbb::global_control::max_allowed_parallelism, threads);
+  tbb::enumerable_thread_specific<Buffers> buffers;
+  tbb::parallel_for(size_t{0}, items.size(), [&](size_t k) {
+    const Item& it = items[k];
+    const ValueJob& job = jobs[it.job];
+    const Geometry& g = geo[it.job];
+    Buffers& buf = buffers.local();
+    uint64_t bytes = 0;
+    const auto decode = [&](const TensorRef* t, std::vector<float>& out) {
+      decode_rows(*t, g.ne0, it.row0, it.rows, out);
+      bytes += t->data().size() * it.rows / g.nrows;
+    };
+    decode(job.a, buf.a);
+    const bool need_b = job.measure_ab || (job.ref && !job.b_equals_a);
+    if (need_b) decode(job.b, buf.b);
+    if (job.measure_ab) accumulate_rows(buf.a, buf.b, job, g, it.row0, it.rows, partial[k][0]);
+    if (job.ref) {
+      decode(job.ref, buf.ref);
+      accumulate_rows(buf.ref, buf.a, job, g, it.row0, it.rows, partial[k][1]);
+      if (!job.b_equals_a) accumulate_rows(buf.ref, buf.b, job, g, it.row0, it.rows, partial[k][2]);
+    }
+    const uint64_t d = done.fetch_add(bytes) + bytes;
+    if (progress) progress(d, total);
+  });
+  std::vector<ValueResult> out(jobs.size());
+  for (size_t j = 0; j < jobs.size(); ++j) {
+    if (jobs[j].measure_ab) out[j].ab.emplace().weighted = jobs[j].weights != nullptr;
+    if (jobs[j].ref) {
+      out[j].ref_a.emplace().weighted = jobs[j].weights != nullptr;
+      out[j].ref_b.emplace().weighted = jobs[j].weights != nullptr;
+    }
+  }
+  for (size_t k = 0; k < items.size(); ++k) {
+    ValueResult& r = out[items[k].job];
+    if (r.ab) r.ab->merge(partial[k][0]);
+    if (r.ref_a) r.ref_a->merge(partial[k][1]);
+  }
+  for (size_t k = 0; k < items.size(); ++k) {
+    ValueResult& r = out[items[k].job];
+    if (r.ref_b && !jobs[items[k].job].b_equals_a) r.ref_b->merge(partial[k][2]);
+  }
+  for (size_t j = 0; j < jobs.size(); ++j)
+    if (jobs[j].ref && jobs[j].b_equals_a) out[j].ref_b = out[j].ref_a;
+  return out;
+}
+
+}  // namespace detail
+}  // namespace gguf

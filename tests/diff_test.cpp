@@ -1,0 +1,589 @@
+// gguf-diff's library half: every kind of difference on builder fixtures, and the numeric
+// metrics against values computed here with plain loops in double.
+#include "gguf/diff.h"
+
+#include <gtest/gtest.h>
+#include <xxhash.h>
+
+#include <bit>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <nlohmann/json.hpp>
+
+#include "cli_run.h"
+#include "gguf_builder.h"
+
+namespace gguf {
+namespace {
+
+using testing::GgufBuilder;
+using testing::Tag;
+using testing::TempDir;
+
+constexpr uint32_t kF32 = 0, kQ8_0 = 8, kBF16 = 30;
+
+// A fixture as data, so that each test changes exactly what it wants before building.
+struct FixtureTensor {
+  std::string name;
+  uint32_t type;
+  std::vector<int64_t> shape;
+  std::vector<uint8_t> payload;
+};
+
+std::vector<uint8_t> f32_bytes(const std::vector<float>& v) {
+  std::vector<uint8_t> out(v.size() * 4);
+  std::memcpy(out.data(), v.data(), out.size());
+  return out;
+}
+
+// Multiples of 1/8 below 16 in magnitude: exact in bf16 and in q8_0 with scale 1/8.
+std::vector<float> eighths(size_t n, int seed) {
+  std::vector<float> v(n);
+  for (size_t i = 0; i < n; ++i)
+    v[i] = static_cast<float>(static_cast<int>((i * 37 + seed * 11) % 201) - 100) / 8.0f;
+  return v;
+}
+
+std::vector<float> perturbed(const std::vector<float>& v, double amount, int seed) {
+  std::vector<float> out(v);
+  for (size_t i = 0; i < v.size(); ++i)
+    out[i] += static_cast<float>(amount * std::sin(static_cast<double>(i * 7 + seed)));
+  return out;
+}
+
+struct Fixture {
+  std::vector<std::pair<std::string, uint32_t>> u32s = {{"deepseek2.block_count", 2}};
+  std::string name = "tiny";
+  std::vector<std::string> tokens = {"a", "b", "c"};
+  std::vector<FixtureTensor> tensors;
+
+  Fixture() {
+    tensors.push_back({"token_embd.weight", kF32, {8, 4}, f32_bytes(eighths(32, 1))});
+    tensors.push_back({"blk.0.attn_q.weight", kF32, {8, 8}, f32_bytes(eighths(64, 2))});
+    tensors.push_back({"blk.1.ffn_up_exps.weight", kF32, {8, 4, 3}, f32_bytes(eighths(96, 3))});
+    tensors.push_back({"output_norm.weight", kF32, {8}, f32_bytes(eighths(8, 4))});
+  }
+  FixtureTensor& tensor(std::string_view n) {
+    for (auto& t : tensors)
+      if (t.name == n) return t;
+    throw std::runtime_error("no tensor " + std::string(n));
+  }
+  GgufBuilder builder() const {
+    GgufBuilder b;
+    b.string("general.architecture", "deepseek2").string("general.name", name);
+    for (const auto& [k, v] : u32s) b.u32(k, v);
+    b.string_array("tokenizer.ggml.tokens", tokens);
+    for (const auto& t : tensors) b.tensor(t.name, t.type, t.shape, t.payload);
+    return b;
+  }
+  std::string write(const TempDir& dir, const std::string& file) const {
+    builder().write_file(dir.file(file));
+    return dir.file(file);
+  }
+};
+
+DiffReport diff(const Fixture& fa, const Fixture& fb, DiffOptions o = {}) {
+  TempDir dir;
+  const Model a = Model::open(fa.write(dir, "a.gguf"));
+  const Model b = Model::open(fb.write(dir, "b.gguf"));
+  o.threads = 2;
+  return diff_models(a, b, o);
+}
+
+const TensorDiff& find(const DiffReport& r, std::string_view name) {
+  for (const auto& t : r.tensors)
+    if (t.name == name) return t;
+  throw std::runtime_error("no tensor " + std::string(name) + " in the report");
+}
+
+std::vector<float> floats_of(const FixtureTensor& t) {
+  std::vector<float> v(t.payload.size() / 4);
+  std::memcpy(v.data(), t.payload.data(), t.payload.size());
+  return v;
+}
+
+// The metrics, written out independently of the library.
+struct Expected {
+  double rmse = 0, max_abs = 0, rel = 0, cosine = 0, snr_db = 0, wrmse = 0, wrel = 0;
+};
+
+Expected expected(const std::vector<float>& base, const std::vector<float>& x,
+                  const std::vector<double>& w = {}) {
+  double d2 = 0, b2 = 0, x2 = 0, dot = 0, wd2 = 0, wb2 = 0, sw = 0;
+  Expected e;
+  for (size_t i = 0; i < base.size(); ++i) {
+    const double d = static_cast<double>(x[i]) - static_cast<double>(base[i]);
+    d2 += d * d;
+    b2 += static_cast<double>(base[i]) * base[i];
+    x2 += static_cast<double>(x[i]) * x[i];
+    dot += static_cast<double>(base[i]) * x[i];
+    e.max_abs = std::max(e.max_abs, std::abs(d));
+    if (!w.empty()) {
+      wd2 += w[i] * d * d;
+      wb2 += w[i] * base[i] * base[i];
+      sw += w[i];
+    }
+  }
+  e.rmse = std::sqrt(d2 / static_cast<double>(base.size()));
+  e.rel = std::sqrt(d2) / std::sqrt(b2);
+  e.cosine = dot / (std::sqrt(b2) * std::sqrt(x2));
+  e.snr_db = 10 * std::log10(b2 / d2);
+  if (!w.empty()) e.wrmse = std::sqrt(wd2 / sw), e.wrel = std::sqrt(wd2 / wb2);
+  return e;
+}
+
+void expect_metrics(const ErrorMetrics& m, const Expected& e, bool weighted = false) {
+  const auto near = [](double got, double want, const char* what) {
+    EXPECT_NEAR(got, want, 1e-12 * std::max(1.0, std::abs(want))) << what;
+  };
+  near(m.rmse(), e.rmse, "rmse");
+  near(m.max_abs, e.max_abs, "max_abs");
+  near(m.rel(), e.rel, "rel");
+  near(m.cosine(), e.cosine, "cosine");
+  near(m.snr_db(), e.snr_db, "snr_db");
+  if (weighted) {
+    near(m.weighted_rmse(), e.wrmse, "weighted_rmse");
+    near(m.weighted_rel(), e.wrel, "weighted_rel");
+  }
+}
+
+TEST(diff, identical_files_are_identical) {
+  const DiffReport r = diff(Fixture{}, Fixture{});
+  EXPECT_TRUE(r.identical);
+  EXPECT_TRUE(r.metadata.empty());
+  EXPECT_EQ(r.counts.same, 4u);
+  EXPECT_EQ(r.counts.changed(), 0u);
+  EXPECT_EQ(r.hashed_bytes, 2u * (32 + 64 + 96 + 8) * 4);
+  for (const auto& t : r.tensors) {
+    ASSERT_TRUE(t.a && t.b && t.a->xxh3 && t.b->xxh3);
+    EXPECT_EQ(*t.a->xxh3, *t.b->xxh3);
+  }
+}
+
+TEST(diff, metadata_changes_are_reported_exactly) {
+  Fixture a, b;
+  a.name = "tiny";
+  b.name = "tiny-2";
+  a.u32s.push_back({"only.in.a", 1});
+  b.u32s.push_back({"only.in.b", 2});
+  b.tokens = {"a", "x", "c", "d"};
+  const DiffReport r = diff(a, b);
+  EXPECT_FALSE(r.identical);
+  EXPECT_EQ(r.counts.changed(), 0u);
+  ASSERT_EQ(r.metadata.size(), 4u);
+  EXPECT_EQ(r.metadata[0].key, "general.name");
+  EXPECT_EQ(r.metadata[0].change, MetadataChange::kChanged);
+  EXPECT_EQ(*r.metadata[0].a->as_string(), "tiny");
+  EXPECT_EQ(*r.metadata[0].b->as_string(), "tiny-2");
+  EXPECT_FALSE(r.metadata[0].first_difference);
+  EXPECT_EQ(r.metadata[1].key, "only.in.a");
+  EXPECT_EQ(r.metadata[1].change, MetadataChange::kRemoved);
+  EXPECT_FALSE(r.metadata[1].b);
+  EXPECT_EQ(r.metadata[2].key, "tokenizer.ggml.tokens");
+  EXPECT_EQ(r.metadata[2].first_difference, 1u);
+  EXPECT_EQ(r.metadata[3].key, "only.in.b");
+  EXPECT_EQ(r.metadata[3].change, MetadataChange::kAdded);
+  EXPECT_EQ(*r.metadata[3].b->as_uint(), 2u);
+}
+
+TEST(diff, value_type_and_array_changes) {
+  TempDir dir;
+  GgufBuilder a, b;
+  a.u32("k.type", 7).array("k.prefix", Tag::kI32, std::vector<int32_t>{1, 2, 3});
+  a.array("k.elem", Tag::kU32, std::vector<uint32_t>{1, 2});
+  b.i32("k.type", 7).array("k.prefix", Tag::kI32, std::vector<int32_t>{1, 2, 3, 4});
+  b.array("k.elem", Tag::kI32, std::vector<int32_t>{1, 2});
+  a.write_file(dir.file("a.gguf"));
+  b.write_file(dir.file("b.gguf"));
+  const DiffReport r =
+      diff_models(Model::open(dir.file("a.gguf")), Model::open(dir.file("b.gguf")), {});
+  ASSERT_EQ(r.metadata.size(), 3u);
+  EXPECT_EQ(r.metadata[0].a->type(), ValueType::kU32);
+  EXPECT_EQ(r.metadata[0].b->type(), ValueType::kI32);
+  EXPECT_EQ(r.metadata[1].first_difference, 3u);  // a prefix of the other
+  EXPECT_EQ(r.metadata[2].first_difference, 0u);  // element type changed
+  const std::string text = render_diff_text(r, {});
+  EXPECT_EQ(
+      text.substr(text.find("metadata:")),
+      "metadata: 3 changed, 0 added, 0 removed\n"
+      "  key       change   a                 b                    note\n"
+      "  k.type    changed  u32 7             i32 7                value type changed\n"
+      "  k.prefix  changed  i32[3] [1, 2, 3]  i32[4] [1, 2, 3, 4]  first difference at index 3\n"
+      "  k.elem    changed  u32[2] [1, 2]     i32[2] [1, 2]        element type changed\n"
+      "tensors: 0 compared\n"
+      "different\n");
+}
+
+TEST(diff, each_tensor_change_is_detected) {
+  Fixture a, b;
+  a.tensors.push_back({"blk.1.ffn_down_exps.weight", kF32, {4}, f32_bytes({1, 2, 3, 4})});
+  b.tensors.push_back({"blk.1.ffn_gate_exps.weight", kF32, {4}, f32_bytes({1, 2, 3, 4})});
+  b.tensor("token_embd.weight").shape = {4, 8};  // shape
+  b.tensor("blk.0.attn_q.weight").type = kBF16;  // type (half bytes)
+  b.tensor("blk.0.attn_q.weight").payload.resize(64 * 2);
+  b.tensor("blk.1.ffn_up_exps.weight").payload[5] ^= 1;  // bytes
+  const DiffReport r = diff(a, b);
+  EXPECT_FALSE(r.identical);
+  EXPECT_EQ(find(r, "token_embd.weight").change, TensorChange::kShape);
+  EXPECT_EQ(find(r, "blk.0.attn_q.weight").change, TensorChange::kType);
+  EXPECT_EQ(find(r, "blk.0.attn_q.weight").a->bytes, 256u);
+  EXPECT_EQ(find(r, "blk.0.attn_q.weight").b->bytes, 128u);
+  EXPECT_EQ(find(r, "blk.1.ffn_up_exps.weight").change, TensorChange::kBytes);
+  EXPECT_EQ(find(r, "output_norm.weight").change, TensorChange::kSame);
+  EXPECT_EQ(find(r, "blk.1.ffn_down_exps.weight").change, TensorChange::kOnlyA);
+  EXPECT_FALSE(find(r, "blk.1.ffn_down_exps.weight").b);
+  EXPECT_EQ(find(r, "blk.1.ffn_gate_exps.weight").change, TensorChange::kOnlyB);
+  EXPECT_EQ(r.tensors.back().name, "blk.1.ffn_gate_exps.weight");  // B-only tensors come last
+  EXPECT_EQ(r.counts.same, 1u);
+  EXPECT_EQ(r.counts.only_a + r.counts.only_b + r.counts.shape + r.counts.type + r.counts.bytes,
+            5u);
+  EXPECT_EQ(r.bytes_a, (32 + 64 + 96 + 8 + 4) * 4u);
+  EXPECT_EQ(r.bytes_b, (32 + 96 + 8 + 4) * 4u + 128);
+}
+
+TEST(diff, shape_change_takes_precedence_over_type) {
+  Fixture a, b;
+  b.tensor("token_embd.weight").shape = {16, 2};
+  b.tensor("token_embd.weight").type = kBF16;
+  b.tensor("token_embd.weight").payload.resize(64);
+  EXPECT_EQ(find(diff(a, b), "token_embd.weight").change, TensorChange::kShape);
+}
+
+TEST(diff, metrics_match_plain_loops) {
+  Fixture a, b;
+  const auto base = floats_of(a.tensor("blk.0.attn_q.weight"));
+  const auto x = perturbed(base, 0.01, 3);
+  b.tensor("blk.0.attn_q.weight").payload = f32_bytes(x);
+  DiffOptions o;
+  o.values = true;
+  const DiffReport r = diff(a, b, o);
+  const TensorDiff& t = find(r, "blk.0.attn_q.weight");
+  ASSERT_TRUE(t.metrics);
+  EXPECT_EQ(t.metrics->count, 64u);
+  expect_metrics(*t.metrics, expected(base, x));
+  // Tensors identical in bytes are not decoded.
+  EXPECT_FALSE(find(r, "token_embd.weight").metrics);
+  EXPECT_EQ(r.decoded_elements, 2u * 64);
+}
+
+TEST(diff, metrics_across_types_bf16_and_q8_0) {
+  Fixture a, b;
+  const auto base = floats_of(a.tensor("blk.0.attn_q.weight"));
+  const auto x = perturbed(base, 0.3, 1);
+  a.tensor("blk.0.attn_q.weight").payload = f32_bytes(x);
+  // B: bf16 of the exact eighths (their low 16 bits are zero).
+  auto& tb = b.tensor("blk.0.attn_q.weight");
+  tb.type = kBF16;
+  tb.payload.clear();
+  for (float f : base) {
+    const uint32_t bits = std::bit_cast<uint32_t>(f);
+    ASSERT_EQ(bits & 0xFFFF, 0u);
+    tb.payload.push_back(static_cast<uint8_t>(bits >> 16));
+    tb.payload.push_back(static_cast<uint8_t>(bits >> 24));
+  }
+  // And a q8_0 tensor (ne0 a multiple of 32): scale 1/8 (f16 0x3000), codes k, values k/8.
+  a.tensor("blk.1.ffn_up_exps.weight").shape = {32, 3};
+  b.tensor("blk.1.ffn_up_exps.weight").shape = {32, 3};
+  const auto q8_values = floats_of(b.tensor("blk.1.ffn_up_exps.weight"));
+  auto& tq = b.tensor("blk.1.ffn_up_exps.weight");
+  tq.type = kQ8_0;
+  tq.payload.clear();
+  for (size_t blk = 0; blk < q8_values.size() / 32; ++blk) {
+    tq.payload.push_back(0x00);
+    tq.payload.push_back(0x30);
+    for (size_t i = 0; i < 32; ++i)
+      tq.payload.push_back(static_cast<uint8_t>(static_cast<int8_t>(q8_values[blk * 32 + i] * 8)));
+  }
+  const auto up_a = perturbed(q8_values, 0.05, 9);
+  a.tensor("blk.1.ffn_up_exps.weight").payload = f32_bytes(up_a);
+  DiffOptions o;
+  o.values = true;
+  const DiffReport r = diff(a, b, o);
+  const TensorDiff& q = find(r, "blk.0.attn_q.weight");
+  EXPECT_EQ(q.change, TensorChange::kType);
+  ASSERT_TRUE(q.metrics);
+  expect_metrics(*q.metrics, expected(x, base));
+  const TensorDiff& up = find(r, "blk.1.ffn_up_exps.weight");
+  ASSERT_TRUE(up.metrics);
+  expect_metrics(*up.metrics, expected(up_a, q8_values));
+}
+
+TEST(diff, nan_and_inf_are_counted_and_left_out) {
+  Fixture a, b;
+  auto base = floats_of(a.tensor("blk.0.attn_q.weight"));
+  auto x = perturbed(base, 0.01, 5);
+  base[3] = std::numeric_limits<float>::quiet_NaN();
+  base[9] = std::numeric_limits<float>::quiet_NaN();
+  x[9] = -std::numeric_limits<float>::infinity();
+  x[20] = std::numeric_limits<float>::infinity();
+  a.tensor("blk.0.attn_q.weight").payload = f32_bytes(base);
+  b.tensor("blk.0.attn_q.weight").payload = f32_bytes(x);
+  DiffOptions o;
+  o.values = true;
+  const ErrorMetrics m = *find(diff(a, b, o), "blk.0.attn_q.weight").metrics;
+  EXPECT_EQ(m.nan_base, 2u);
+  EXPECT_EQ(m.inf_base, 0u);
+  EXPECT_EQ(m.nan_x, 0u);
+  EXPECT_EQ(m.inf_x, 2u);
+  EXPECT_EQ(m.count, 61u);
+  std::vector<float> fb, fx;
+  for (size_t i = 0; i < base.size(); ++i)
+    if (std::isfinite(base[i]) && std::isfinite(x[i])) fb.push_back(base[i]), fx.push_back(x[i]);
+  expect_metrics(m, expected(fb, fx));
+}
+
+TEST(diff, importance_weights_columns_per_expert) {
+  Fixture a, b;
+  const auto base = floats_of(a.tensor("blk.1.ffn_up_exps.weight"));
+  const auto x = perturbed(base, 0.02, 4);
+  b.tensor("blk.1.ffn_up_exps.weight").payload = f32_bytes(x);
+  b.tensor("blk.0.attn_q.weight").payload[0] ^= 0x40;
+  ImportanceMap im;
+  im.path = "im.dat";
+  std::vector<float> w(3 * 8);  // 3 experts x ne0 = 8, expert-major
+  for (size_t i = 0; i < w.size(); ++i) w[i] = 0.5f + static_cast<float>(i % 7) * (i < 8 ? 1 : 3);
+  im.weights["blk.1.ffn_up_exps.weight"] = w;
+  std::vector<double> per_element(96);
+  for (int e = 0; e < 3; ++e)
+    for (int r = 0; r < 4; ++r)
+      for (int c = 0; c < 8; ++c) per_element[c + 8 * (r + 4 * e)] = w[e * 8 + c];
+  DiffOptions o;
+  o.values = true;
+  o.importance = &im;
+  const DiffReport r = diff(a, b, o);
+  const TensorDiff& t = find(r, "blk.1.ffn_up_exps.weight");
+  ASSERT_TRUE(t.metrics && t.metrics->weighted);
+  expect_metrics(*t.metrics, expected(base, x, per_element), true);
+  EXPECT_EQ(find(r, "blk.0.attn_q.weight").note, "not in the importance matrix");
+  EXPECT_FALSE(find(r, "blk.0.attn_q.weight").metrics->weighted);
+
+  // One slice of ne0 weights is shared by all experts.
+  im.weights["blk.1.ffn_up_exps.weight"].resize(8);
+  for (size_t i = 0; i < 96; ++i) per_element[i] = w[i % 8];
+  const TensorDiff& shared = find(diff(a, b, o), "blk.1.ffn_up_exps.weight");
+  expect_metrics(*shared.metrics, expected(base, x, per_element), true);
+
+  im.weights["blk.1.ffn_up_exps.weight"].resize(5);
+  try {
+    diff(a, b, o);
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_STREQ(e.what(),
+                 "im.dat: tensor 'blk.1.ffn_up_exps.weight': 5 importance weights do not fit the "
+                 "tensor: expected 8 (ne0) or 24 (3 slices of 8)");
+  }
+}
+
+TEST(diff, reference_says_which_is_closer) {
+  Fixture ref, a, b;
+  const auto base = floats_of(ref.tensor("blk.0.attn_q.weight"));
+  const auto xa = perturbed(base, 0.01, 1), xb = perturbed(base, 0.05, 2);
+  a.tensor("blk.0.attn_q.weight").payload = f32_bytes(xa);
+  b.tensor("blk.0.attn_q.weight").payload = f32_bytes(xb);
+  const auto up = floats_of(ref.tensor("blk.1.ffn_up_exps.weight"));
+  const auto up_x = perturbed(up, 0.1, 3);
+  a.tensor("blk.1.ffn_up_exps.weight").payload = f32_bytes(up_x);
+  b.tensor("blk.1.ffn_up_exps.weight").payload = f32_bytes(up_x);
+  a.tensor("token_embd.weight").payload =
+      f32_bytes(perturbed(floats_of(ref.tensor("token_embd.weight")), 0.2, 1));
+  TempDir dir;
+  const Model rm = Model::open(ref.write(dir, "ref.gguf"));
+  DiffOptions o;
+  o.reference = &rm;
+  o.values = true;
+  const DiffReport r = diff(a, b, o);
+  ASSERT_TRUE(r.reference);
+  const TensorDiff& q = find(r, "blk.0.attn_q.weight");
+  ASSERT_TRUE(q.closer);
+  EXPECT_EQ(*q.closer, Closer::kA);
+  expect_metrics(*q.ref_a, expected(base, xa));
+  expect_metrics(*q.ref_b, expected(base, xb));
+  ASSERT_TRUE(q.metrics);  // B against A as well
+  expect_metrics(*q.metrics, expected(xa, xb));
+  const TensorDiff& u = find(r, "blk.1.ffn_up_exps.weight");  // A == B
+  EXPECT_EQ(u.change, TensorChange::kSame);
+  EXPECT_EQ(*u.closer, Closer::kTie);
+  EXPECT_FALSE(u.metrics);
+  expect_metrics(*u.ref_b, expected(up, up_x));
+  EXPECT_EQ(*find(r, "token_embd.weight").closer, Closer::kB);
+  EXPECT_EQ(*find(r, "output_norm.weight").closer, Closer::kTie);
+}
+
+TEST(diff, summaries_pool_errors_by_role_and_layer) {
+  Fixture a, b;
+  const auto q = floats_of(a.tensor("blk.0.attn_q.weight"));
+  const auto up = floats_of(a.tensor("blk.1.ffn_up_exps.weight"));
+  const auto qx = perturbed(q, 0.1, 1), upx = perturbed(up, 0.2, 2);
+  b.tensor("blk.0.attn_q.weight").payload = f32_bytes(qx);
+  b.tensor("blk.1.ffn_up_exps.weight").payload = f32_bytes(upx);
+  b.tensors.push_back({"blk.1.ffn_down_exps.weight", kF32, {4, 8, 3}, f32_bytes(eighths(96, 5))});
+  DiffOptions o;
+  o.values = true;
+  const DiffReport r = diff(a, b, o);
+  std::vector<std::string> roles, layers;
+  for (const auto& g : r.by_role) roles.push_back(g.key);
+  for (const auto& g : r.by_layer) layers.push_back(g.key);
+  EXPECT_EQ(roles, (std::vector<std::string>{"routed-up", "routed-down", "attn-proj", "embedding",
+                                             "norm"}));
+  EXPECT_EQ(layers, (std::vector<std::string>{"0", "1", "-"}));
+  const DiffGroup& l1 = r.by_layer[1];
+  EXPECT_EQ(l1.tensors, 2u);
+  EXPECT_EQ(l1.changed, 2u);
+  EXPECT_EQ(l1.measured, 1u);
+  EXPECT_EQ(l1.bytes_a, 96u * 4);
+  EXPECT_EQ(l1.bytes_b, 2u * 96 * 4);
+  expect_metrics(l1.metrics, expected(up, upx));
+  // Pooled over both measured tensors: sqrt(sum d^2 / sum a^2) over all their elements.
+  std::vector<float> all_a = q, all_b = qx;
+  all_a.insert(all_a.end(), up.begin(), up.end());
+  all_b.insert(all_b.end(), upx.begin(), upx.end());
+  ErrorMetrics pooled;
+  for (const auto& g : r.by_layer) pooled.merge(g.metrics);
+  EXPECT_NEAR(pooled.rel(), expected(all_a, all_b).rel, 1e-12);
+}
+
+TEST(diff, selectors_restrict_the_tensors) {
+  Fixture a, b;
+  b.tensor("blk.0.attn_q.weight").payload[0] ^= 1;
+  DiffOptions o;
+  o.selector = parse_selector({"1"}, {}, {});
+  const DiffReport r = diff(a, b, o);
+  EXPECT_TRUE(r.identical);
+  ASSERT_EQ(r.tensors.size(), 1u);
+  EXPECT_EQ(r.tensors[0].name, "blk.1.ffn_up_exps.weight");
+  o.selector = parse_selector({}, {"attn-proj"}, {});
+  EXPECT_FALSE(diff(a, b, o).identical);
+  o.selector = parse_selector({"7"}, {}, {});
+  EXPECT_THROW(diff(a, b, o), Error);
+}
+
+TEST(diff, stop_early_skips_the_rest) {
+  Fixture a, b;
+  b.tensor("blk.0.attn_q.weight").payload[0] ^= 1;
+  DiffOptions o;
+  o.stop_early = true;
+  const DiffReport r = diff(a, b, o);
+  EXPECT_FALSE(r.identical);
+  EXPECT_TRUE(r.stopped_early);
+  b = a;
+  b.name = "other";
+  const DiffReport m = diff(a, b, o);
+  EXPECT_TRUE(m.stopped_early);
+  EXPECT_EQ(m.hashed_bytes, 0u);
+  EXPECT_FALSE(diff(a, a, o).stopped_early);
+}
+
+TEST(diff, paranoid_confirms_equal_hashes) {
+  DiffOptions o;
+  o.paranoid = true;
+  const DiffReport r = diff(Fixture{}, Fixture{}, o);
+  EXPECT_TRUE(r.identical);
+  EXPECT_EQ(r.counts.same, 4u);
+}
+
+TEST(diff, split_set_equals_merged_file) {
+  TempDir dir;
+  const Fixture f;
+  f.write(dir, "merged.gguf");
+  GgufBuilder s1, s2;
+  s1.string("general.architecture", "deepseek2").string("general.name", f.name);
+  s1.u16("split.no", 0).u16("split.count", 2).i32("split.tensors.count", 4);
+  for (const auto& [k, v] : f.u32s) s1.u32(k, v);
+  s1.string_array("tokenizer.ggml.tokens", f.tokens);
+  s2.u16("split.no", 1).u16("split.count", 2).i32("split.tensors.count", 4);
+  for (size_t i = 0; i < f.tensors.size(); ++i) {
+    const auto& t = f.tensors[i];
+    (i < 2 ? s1 : s2).tensor(t.name, t.type, t.shape, t.payload);
+  }
+  s1.write_file(dir.file("m-00001-of-00002.gguf"));
+  s2.write_file(dir.file("m-00002-of-00002.gguf"));
+  const Model split = Model::open(dir.file("m-00001-of-00002.gguf"));
+  const Model merged = Model::open(dir.file("merged.gguf"));
+  EXPECT_TRUE(diff_models(split, merged, {}).identical);
+  EXPECT_TRUE(diff_models(merged, split, {}).identical);
+}
+
+nlohmann::json manifest_of(const Fixture& f) {
+  nlohmann::json m = {{"files", {"recorded.gguf"}}, {"architecture", "deepseek2"}};
+  m["metadata"] = {{{"key", "general.architecture"}, {"type", "string"}, {"value", "deepseek2"}},
+                   {{"key", "general.name"}, {"type", "string"}, {"value", f.name}}};
+  for (const auto& [k, v] : f.u32s)
+    m["metadata"].push_back({{"key", k}, {"type", "u32"}, {"value", v}});
+  m["metadata"].push_back({{"key", "tokenizer.ggml.tokens"},
+                           {"type", "array"},
+                           {"element_type", "string"},
+                           {"value", f.tokens}});
+  m["tensors"] = nlohmann::json::array();
+  const char* names[] = {"f32", "f16"};
+  for (const auto& t : f.tensors) {
+    char hex[17];
+    std::snprintf(hex, sizeof hex, "%016llx",
+                  static_cast<unsigned long long>(XXH3_64bits(t.payload.data(), t.payload.size())));
+    m["tensors"].push_back({{"name", t.name},
+                            {"type", names[t.type]},
+                            {"shape", t.shape},
+                            {"bytes", t.payload.size()},
+                            {"xxh3", hex}});
+  }
+  return m;
+}
+
+TEST(diff, manifest_matches_its_file) {
+  TempDir dir;
+  Fixture f;
+  const Model m = Model::open(f.write(dir, "m.gguf"));
+  nlohmann::json doc = manifest_of(f);
+  EXPECT_TRUE(diff_manifest(parse_manifest(doc.dump(), "m.json"), m, {}).identical);
+  doc["tensors"][1]["xxh3"] = "0123456789abcdef";
+  doc["metadata"][1]["value"] = "renamed";
+  const DiffReport r = diff_manifest(parse_manifest(doc.dump(), "m.json"), m, {});
+  EXPECT_FALSE(r.identical);
+  EXPECT_TRUE(r.a_is_manifest);
+  EXPECT_EQ(find(r, "blk.0.attn_q.weight").change, TensorChange::kBytes);
+  ASSERT_EQ(r.metadata.size(), 1u);
+  EXPECT_EQ(r.metadata[0].key, "general.name");
+  doc["tensors"][1].erase("xxh3");
+  try {
+    diff_manifest(parse_manifest(doc.dump(), "m.json"), m, {});
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_STREQ(e.what(),
+                 "recorded.gguf: tensor 'blk.0.attn_q.weight': the manifest has no xxh3 for this "
+                 "tensor; write it with gguf-inspect --hashes --json");
+  }
+}
+
+TEST(diff, manifest_errors_name_the_problem) {
+  const auto error_of = [](std::string_view text) -> std::string {
+    try {
+      parse_manifest(text, "m.json");
+    } catch (const Error& e) {
+      return e.what();
+    }
+    return "(no error)";
+  };
+  EXPECT_EQ(error_of("{\"tensors\": ["),
+            "m.json: at byte 13: not a JSON document; expected the output of gguf-inspect "
+            "--hashes --json");
+  EXPECT_EQ(error_of("{}"),
+            "m.json: no \"tensors\" array; expected the output of gguf-inspect --hashes --json");
+  EXPECT_EQ(error_of(R"({"tensors": [{"name": "x", "type": "q9_Z", "shape": [4]}]})"),
+            "m.json: tensor 'x': unknown tensor type \"q9_Z\"");
+  EXPECT_EQ(error_of(R"({"tensors": [{"name": "x", "type": "f32", "shape": [4], "xxh3": "12"}]})"),
+            "m.json: tensor 'x': xxh3 \"12\" is not 16 hex digits");
+  EXPECT_EQ(error_of(R"({"tensors": [], "metadata": [{"key": "k", "type": "u8", "value": 300}]})"),
+            "m.json: key 'k': value 300 does not fit type u8");
+}
+
+TEST(diff, manifest_needs_no_values) {
+  TempDir dir;
+  const Fixture f;
+  const Model m = Model::open(f.write(dir, "m.gguf"));
+  DiffOptions o;
+  o.values = true;
+  EXPECT_THROW(diff_manifest(parse_manifest(manifest_of(f).dump(), "m.json"), m, o), Error);
+}
+
+}  // namespace
+}  // namespace gguf

@@ -1,0 +1,106 @@
+// gguf-diff: compare two GGUF models (or a model against a gguf-inspect hash manifest) for
+// people and for scripts. Exit status as diff(1): 0 identical, 1 different, 2 trouble.
+#include <fmt/format.h>
+
+#include <cstdio>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "gguf/cli.h"
+#include "gguf/diff.h"
+#include "gguf/error.h"
+#include "gguf/model.h"
+
+namespace po = boost::program_options;
+
+namespace {
+
+constexpr std::string_view kTool = "gguf-diff";
+constexpr std::string_view kUsage =
+    "[options] A.gguf B.gguf\n"
+    "       gguf-diff [options] --manifest MANIFEST.json B.gguf";
+
+int run(int argc, char** argv) {
+  std::vector<std::string> inputs;
+  std::string manifest_path, reference_path, imatrix_path;
+  unsigned threads = 0;
+  gguf::cli::SelectorArgs selector;
+  po::options_description desc("Options");
+  desc.add_options()("help,h", "show this help and exit")("version", "show the version and exit")(
+      "values",
+      "decode tensors that differ and report RMSE, max|a-b|, relative error, cosine "
+      "similarity, SNR and NaN/Inf counts")(
+      "imatrix", po::value(&imatrix_path)->value_name("FILE"),
+      "weight squared errors per column by this importance matrix (implies --values)")(
+      "reference", po::value(&reference_path)->value_name("REF.gguf"),
+      "three-way: measure A and B against REF and say which is closer (implies --values)")(
+      "manifest", po::value(&manifest_path)->value_name("MANIFEST.json"),
+      "compare B against a gguf-inspect --hashes --json manifest instead of a file A")(
+      "paranoid", "byte-compare tensors whose xxh3 hashes agree")(
+      "no-metadata", "compare tensors only")("all", "list unchanged tensors too")(
+      "no-summary", "leave out the by-role and by-layer tables")(
+      "json", "print the report as one JSON document")(
+      "quiet,q", "print nothing; exit status only (stops at the first difference)")(
+      "threads,j", po::value(&threads)->value_name("N"), "worker threads (default: all cores)");
+  desc.add_options()("input", po::value(&inputs)->composing()->value_name("FILE"),
+                     "the models to compare (positional)");
+  selector.add_to(desc);
+  po::positional_options_description positional;
+  positional.add("input", -1);
+  po::variables_map vm;
+  if (gguf::cli::parse_command_line(argc, argv, kTool, kUsage, desc, positional, vm)) return 0;
+
+  const bool manifest = vm.count("manifest");
+  const size_t want = manifest ? 1 : 2;
+  if (inputs.size() != want)
+    gguf::usage_error(manifest
+                          ? fmt::format("expected one model with --manifest, got {}", inputs.size())
+                          : fmt::format("expected two models A and B, got {}", inputs.size()));
+  const bool quiet = vm.count("quiet"), json = vm.count("json");
+  if (quiet && json) gguf::usage_error("--quiet and --json exclude each other");
+  if (manifest &&
+      (vm.count("paranoid") || vm.count("values") || vm.count("imatrix") || vm.count("reference")))
+    gguf::usage_error(
+        "--values, --imatrix, --reference and --paranoid need the bytes of both sides; a "
+        "manifest holds only hashes");
+
+  gguf::DiffOptions options;
+  options.selector = selector.parse();
+  options.metadata = !vm.count("no-metadata");
+  options.paranoid = vm.count("paranoid");
+  options.values = vm.count("values") || vm.count("imatrix") || vm.count("reference");
+  options.stop_early = quiet;
+  options.threads = threads;
+  std::optional<gguf::Model> reference;
+  if (!reference_path.empty())
+    options.reference = &reference.emplace(gguf::Model::open(reference_path));
+  std::optional<gguf::ImportanceMap> importance;
+  if (!imatrix_path.empty())
+    gguf::usage_error("--imatrix: no importance-matrix reader in this build yet");
+
+  gguf::cli::Progress progress(quiet ? "" : "comparing");
+  if (!quiet) options.progress = progress.callback();
+  const gguf::Model b = gguf::Model::open(inputs.back());
+  gguf::DiffReport report;
+  if (manifest) {
+    report = gguf::diff_manifest(gguf::read_manifest(manifest_path), b, options);
+  } else {
+    const gguf::Model a = gguf::Model::open(inputs.front());
+    report = gguf::diff_models(a, b, options);
+  }
+  if (!quiet) {
+    const gguf::DiffRenderOptions render{vm.count("all") > 0, !vm.count("no-summary")};
+    const std::string out =
+        json ? gguf::render_diff_json(report, render) : gguf::render_diff_text(report, render);
+    std::fwrite(out.data(), 1, out.size(), stdout);
+  }
+  return report.identical ? 0 : 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  return gguf::cli::run_tool(
+      kTool, [&] { return run(argc, argv); }, 2);
+}
