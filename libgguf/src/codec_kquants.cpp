@@ -2,6 +2,7 @@
 // q2_K/q3_K and q4_K/q5_K live in codec_kquants_q2q3.cpp and codec_kquants_q4q5.cpp.
 #include <algorithm>
 #include <cmath>
+#include <cstddef>
 #include <cstring>
 
 #include "codec_kquants_common.h"
@@ -71,15 +72,29 @@ void encode_q6_K_imatrix(const float* x, uint8_t* dst, int64_t n, const float* q
 }
 
 void decode_q6_K(const uint8_t* src, float* y, int64_t n) {
-  for (int64_t ib = 0; ib < n / kQK; ++ib, src += sizeof(BlockQ6_K), y += kQK) {
+  for (int64_t ib = 0; ib < n / kQK; ++ib, src += sizeof(BlockQ6_K)) {
     const auto b = load_block<BlockQ6_K>(src);
     const float d = fp16_to_fp32(b.d);
-    for (int e = 0; e < kQK; ++e) {
-      const int h = e / 128, plane = (e / 32) % 4, l = e % 32;
-      const uint8_t lo = b.ql[64 * h + 32 * (plane % 2) + l] >> (4 * (plane / 2));
-      const int hi = (b.qh[32 * h + l] >> (2 * plane)) & 3;
-      const int code = ((lo & 0xF) | (hi << 4)) - 32;
-      y[e] = d * static_cast<float>(b.scales[e / 16]) * static_cast<float>(code);
+    // Per 128 elements: planes 0/1 in the low nibbles of ql[0..31]/ql[32..63], planes 2/3 in
+    // their high nibbles, the top two bits of plane p at bits 2p of qh.
+    for (int h = 0; h < 2; ++h, y += 128) {
+      const uint8_t* ql = b.ql + 64 * h;
+      const uint8_t* qh = b.qh + 32 * h;
+      for (int part = 0; part < 2; ++part) {
+        const int8_t* sc = b.scales + 8 * h + part;
+        const float d0 = d * static_cast<float>(sc[0]), d1 = d * static_cast<float>(sc[2]);
+        const float d2 = d * static_cast<float>(sc[4]), d3 = d * static_cast<float>(sc[6]);
+        for (int l = 16 * part; l < 16 * part + 16; ++l) {
+          const int q0 = ((ql[l] & 0xF) | (((qh[l] >> 0) & 3) << 4)) - 32;
+          const int q1 = ((ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4)) - 32;
+          const int q2 = ((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32;
+          const int q3 = ((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32;
+          y[l] = d0 * static_cast<float>(q0);
+          y[l + 32] = d1 * static_cast<float>(q1);
+          y[l + 64] = d2 * static_cast<float>(q2);
+          y[l + 96] = d3 * static_cast<float>(q3);
+        }
+      }
     }
   }
 }
@@ -112,9 +127,12 @@ void encode_q8_K(const float* x, uint8_t* dst, int64_t n) {
 }
 
 void decode_q8_K(const uint8_t* src, float* y, int64_t n) {
-  for (int64_t ib = 0; ib < n / kQK; ++ib, src += sizeof(BlockQ8_K)) {
-    const auto b = load_block<BlockQ8_K>(src);
-    for (int i = 0; i < kQK; ++i) *y++ = b.d * static_cast<float>(b.qs[i]);
+  for (int64_t ib = 0; ib < n / kQK; ++ib, src += sizeof(BlockQ8_K), y += kQK) {
+    float d;
+    std::memcpy(&d, src + offsetof(BlockQ8_K, d), sizeof d);
+    int8_t qs[kQK];
+    std::memcpy(qs, src + offsetof(BlockQ8_K, qs), sizeof qs);
+    for (int i = 0; i < kQK; ++i) y[i] = d * static_cast<float>(qs[i]);
   }
 }
 

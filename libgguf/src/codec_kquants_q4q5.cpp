@@ -132,13 +132,16 @@ void decode_q4_K(const uint8_t* src, float* y, int64_t n) {
   for (int64_t ib = 0; ib < n / kQK; ++ib, src += sizeof(BlockQ4_K)) {
     const auto b = load_block<BlockQ4_K>(src);
     const float d = fp16_to_fp32(b.d), dmin = fp16_to_fp32(b.dmin);
-    for (int j = 0; j < 8; ++j) {
+    // Each 32 bytes of qs hold two groups: low nibbles, then high nibbles.
+    for (int j = 0; j < 8; j += 2, y += 64) {
       uint8_t sc, m;
       unpack_scale_min(j, b.scales, sc, m);
-      const float dl = d * static_cast<float>(sc), ml = dmin * static_cast<float>(m);
-      const uint8_t* q = b.qs + 32 * (j / 2);
-      const int shift = 4 * (j % 2);
-      for (int l = 0; l < 32; ++l) *y++ = dl * static_cast<float>((q[l] >> shift) & 0xF) - ml;
+      const float d1 = d * static_cast<float>(sc), m1 = dmin * static_cast<float>(m);
+      unpack_scale_min(j + 1, b.scales, sc, m);
+      const float d2 = d * static_cast<float>(sc), m2 = dmin * static_cast<float>(m);
+      const uint8_t* q = b.qs + 16 * j;
+      for (int l = 0; l < 32; ++l) y[l] = d1 * static_cast<float>(q[l] & 0xF) - m1;
+      for (int l = 0; l < 32; ++l) y[l + 32] = d2 * static_cast<float>(q[l] >> 4) - m2;
     }
   }
 }
@@ -170,16 +173,18 @@ void decode_q5_K(const uint8_t* src, float* y, int64_t n) {
   for (int64_t ib = 0; ib < n / kQK; ++ib, src += sizeof(BlockQ5_K)) {
     const auto b = load_block<BlockQ5_K>(src);
     const float d = fp16_to_fp32(b.d), dmin = fp16_to_fp32(b.dmin);
-    for (int j = 0; j < 8; ++j) {
+    for (int j = 0; j < 8; j += 2, y += 64) {
       uint8_t sc, m;
       unpack_scale_min(j, b.scales, sc, m);
-      const float dl = d * static_cast<float>(sc), ml = dmin * static_cast<float>(m);
-      const uint8_t* q = b.qs + 32 * (j / 2);
-      const int shift = 4 * (j % 2);
-      for (int l = 0; l < 32; ++l) {
-        const int code = ((q[l] >> shift) & 0xF) | (((b.qh[l] >> j) & 1) << 4);
-        *y++ = dl * static_cast<float>(code) - ml;
-      }
+      const float d1 = d * static_cast<float>(sc), m1 = dmin * static_cast<float>(m);
+      unpack_scale_min(j + 1, b.scales, sc, m);
+      const float d2 = d * static_cast<float>(sc), m2 = dmin * static_cast<float>(m);
+      const uint8_t* q = b.qs + 16 * j;
+      const uint8_t u1 = static_cast<uint8_t>(1u << j), u2 = static_cast<uint8_t>(2u << j);
+      for (int l = 0; l < 32; ++l)
+        y[l] = d1 * static_cast<float>((q[l] & 0xF) + ((b.qh[l] & u1) ? 16 : 0)) - m1;
+      for (int l = 0; l < 32; ++l)
+        y[l + 32] = d2 * static_cast<float>((q[l] >> 4) + ((b.qh[l] & u2) ? 16 : 0)) - m2;
     }
   }
 }
