@@ -199,8 +199,8 @@ class Parser {
     t.info_offset = pos_;
     object_ = fmt::format("tensor #{}", f_.tensors_.size());
     t.name = read_string("tensor name");
-    object_ = tensor_object(t.name);
     if (t.name.empty()) fail(t.info_offset, "empty tensor name");
+    object_ = tensor_object(t.name);
     const uint64_t dims_at = pos_;
     const auto n_dims = read<uint32_t>("n_dims");
     if (n_dims > kMaxDims)
@@ -224,8 +224,13 @@ class Parser {
       if (ne0 % tr->block_size != 0)
         fail(type_at, fmt::format("row length {} is not a multiple of the {} block size {}", ne0,
                                   tr->name, tr->block_size));
-      // n / block_size * type_size cannot overflow: type_size <= block_size * 8.
-      t.bytes = n / tr->block_size * tr->type_size;
+      // n < 2^63 elements can still need more than 2^64 bytes (f32, f64, i64): refuse rather
+      // than let the size wrap to a small number that passes the bounds check.
+      const uint64_t blocks = n / tr->block_size;
+      if (blocks > UINT64_MAX / tr->type_size)
+        fail(type_at, fmt::format("size in bytes overflows uint64 ({} elements of {})", n,
+                                  tr->name));
+      t.bytes = blocks * tr->type_size;
     }
     const auto [prev, fresh] = tensor_names_.emplace(t.name, t.info_offset);
     if (!fresh)

@@ -31,9 +31,12 @@ std::optional<uint64_t> split_key(const GgufFile& f, const char* key, ValueType 
     uint64_t at = 0;
     for (const auto& e : f.metadata().entries())
       if (e.key == key) at = e.offset;
+    // A negative value of the right type is named by its value, not by its type.
+    const std::string found = v->type() == want ? fmt::format("{}", v->as_int().value_or(0))
+                                                : std::string(value_type_name(v->type()));
     throw Error(f.path(), key_object(key), at,
                 fmt::format("{} must be a non-negative {}, found {}", key, value_type_name(want),
-                            value_type_name(v->type())));
+                            found));
   }
   return v->as_uint();
 }
@@ -55,6 +58,7 @@ Model Model::open(const std::string& path) {
 }
 
 Model Model::from_files(std::vector<std::shared_ptr<const GgufFile>> shards) {
+  if (shards.empty()) throw Error("a model needs at least one file");
   Model m;
   m.shards_ = std::move(shards);
   const size_t n = m.shards_.size();
