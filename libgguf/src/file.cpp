@@ -228,8 +228,8 @@ class Parser {
       // than let the size wrap to a small number that passes the bounds check.
       const uint64_t blocks = n / tr->block_size;
       if (blocks > UINT64_MAX / tr->type_size)
-        fail(type_at, fmt::format("size in bytes overflows uint64 ({} elements of {})", n,
-                                  tr->name));
+        fail(type_at,
+             fmt::format("size in bytes overflows uint64 ({} elements of {})", n, tr->name));
       t.bytes = blocks * tr->type_size;
     }
     const auto [prev, fresh] = tensor_names_.emplace(t.name, t.info_offset);
