@@ -34,9 +34,9 @@ std::optional<uint64_t> split_key(const GgufFile& f, const char* key, ValueType 
     // A negative value of the right type is named by its value, not by its type.
     const std::string found = v->type() == want ? fmt::format("{}", v->as_int().value_or(0))
                                                 : std::string(value_type_name(v->type()));
-    throw Error(f.path(), key_object(key), at,
-                fmt::format("{} must be a non-negative {}, found {}", key, value_type_name(want),
-                            found));
+    throw Error(
+        f.path(), key_object(key), at,
+        fmt::format("{} must be a non-negative {}, found {}", key, value_type_name(want), found));
   }
   return v->as_uint();
 }
