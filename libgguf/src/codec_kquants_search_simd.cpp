@@ -1,7 +1,7 @@
-// Fast forms of the two hot k-quant scale searches. ggml tries its candidate scales one after
-// another, each a chain of dependent float additions; here the candidates run side by side in
-// SIMD lanes. Every lane performs exactly the scalar operations in the scalar order, and the
-// winner is then picked in ggml's candidate order, so the results are bit-identical to
+// Fast forms of the hot k-quant scale searches. ggml tries its candidate scales one after
+// another, each a chain of dependent float additions; here candidates (or, for q3_K, whole
+// groups) run side by side in SIMD lanes. Every lane performs exactly the scalar operations in
+// the scalar order and winners are picked in ggml's order, so the results are bit-identical to
 // codec_kquants_search.cpp (tests hold the two equal).
 #include <algorithm>
 #include <bit>
@@ -33,8 +33,8 @@ inline F4 to_float(I4 v) { return __builtin_convertvector(v, F4); }
 inline F4 rounded_clamped(F4 f, float lo, float hi) {
   const F4 v = to_float(nearest_int(f));
 #if defined(__SSE__)
-  // The compiler will not turn the selects below into maxps/minps by itself (they differ
-  // for NaN, which a converted integer never is).
+  // Compilers keep `v < lo ? lo : v` as compare-and-blend because it differs from maxps for
+  // NaN, which a converted integer never is.
   return _mm_min_ps(_mm_max_ps(v, _mm_set1_ps(lo)), _mm_set1_ps(hi));
 #else
   const F4 low = v < lo ? F4{} + lo : v;
@@ -60,7 +60,7 @@ float search_symmetric(int n, int nmax, const float* x, const float* w, int8_t* 
     return 0.0f;
   }
   // Candidate 0 is ggml's first guess -nmax/max; 1..18 are its refinements is = -9..-1, 1..9
-  // (is = 0 would repeat the first guess exactly). Lane 19 pads.
+  // (ggml skips is = 0). Lane 19 pads.
   constexpr int kCand = 19, kVecs = 5;
   alignas(16) float iscale[4 * kVecs];
   iscale[0] = static_cast<float>(-nmax) / max;
