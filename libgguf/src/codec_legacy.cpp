@@ -56,9 +56,10 @@ static_assert(sizeof(BlockQ5_1) == 24);
 static_assert(sizeof(BlockQ8_0) == 34);
 static_assert(sizeof(BlockQ8_1) == 36);
 
-// Payloads are byte streams without alignment: fields are copied in and out with memcpy at
-// their offsetof() positions, never read through a cast pointer. Copying the quants into a
-// local array first also lets GCC vectorise (a uint8_t* could alias the float output).
+// Payloads are byte streams without alignment: multi-byte fields are copied in and out with
+// memcpy at their offsetof() positions, never read through a pointer cast to a wider type.
+// Copying the quants into a local array also lets GCC vectorise (a uint8_t* could alias the
+// float output).
 template <typename B>
 const uint8_t* block_at(const uint8_t* src, int64_t i) {
   return src + i * static_cast<int64_t>(sizeof(B));
