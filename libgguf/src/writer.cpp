@@ -223,7 +223,7 @@ class Streamer {
   void progress(bool final) {
     if (!options_.progress) return;
     const uint64_t done = base_ + out_->position();
-    if (final && last_report_ == total_) return;
+    if (done == last_report_) return;
     if (!final && done - last_report_ < kProgressStep && done != total_) return;
     last_report_ = done;
     options_.progress(done, total_);

@@ -1,0 +1,368 @@
+// The writer's safety properties: it refuses to overwrite inputs or existing files, and on any
+// failure (a throwing producer, a full device, a corrupted write, a killed process) nothing
+// appears at the output path.
+//
+// A process killed mid-write cannot clean up: its temp file ".<name>.tmp.XXXXXX" stays in the
+// output directory (a dotfile, never the output path itself).
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <sched.h>
+#include <signal.h>
+#include <sys/mount.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+#include <fstream>
+#include <thread>
+
+#include "gguf/file.h"
+#include "gguf/model.h"
+#include "gguf/writer.h"
+#include "writer_test_util.h"
+
+namespace gguf {
+namespace {
+
+using ::testing::HasSubstr;
+using testing::memory_tensor;
+using testing::ScratchDir;
+
+std::string error_of(const Plan& plan, const std::string& path, const WriteOptions& o) {
+  try {
+    write_plan(plan, path, o);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "no error";
+}
+
+Plan small_plan(uint64_t seed = 1) {
+  Plan plan;
+  plan.metadata.set("general.architecture", Value::string("t"));
+  plan.tensors.push_back(memory_tensor("a", GgmlType::F32, {16}, seed));
+  plan.tensors.push_back(memory_tensor("b", GgmlType::Q8_0, {32, 2}, seed + 1));
+  return plan;
+}
+
+std::string read_all(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string((std::istreambuf_iterator<char>(in)), {});
+}
+
+TEST(writer, refuses_to_overwrite_an_input) {
+  ScratchDir dir;
+  const std::string input = dir.file("in.gguf");
+  write_plan(small_plan(), input, {});
+  const std::string before = read_all(input);
+  ::link(input.c_str(), dir.file("hard.gguf").c_str());
+  ::symlink(input.c_str(), dir.file("sym.gguf").c_str());
+  WriteOptions o;
+  o.force = true;  // even with --force
+  o.inputs = {input};
+  for (const char* name : {"in.gguf", "hard.gguf", "sym.gguf"}) {
+    SCOPED_TRACE(name);
+    const std::string out = dir.file(name);
+    EXPECT_EQ(error_of(small_plan(2), out, o),
+              fmt::format("{}: output is the same file as input '{}'; refusing to overwrite an "
+                          "input (choose another output path)",
+                          out, input));
+  }
+  // A plan that reads the input refuses it even when the caller did not list it.
+  Plan copy;
+  PlanTensor t = small_plan().tensors[0];
+  t.source = FileRange{open_file_source(input), GgufFile::open(input)->data_offset()};
+  copy.tensors.push_back(t);
+  o.inputs.clear();
+  EXPECT_THAT(error_of(copy, dir.file("sym.gguf"), o), HasSubstr("same file as input"));
+  // Split output: a shard path that is an input is refused too.
+  ::symlink(input.c_str(), dir.file("set-00002-of-00002.gguf").c_str());
+  o.inputs = {input};
+  o.split_max_tensors = 1;
+  EXPECT_THAT(error_of(small_plan(), dir.file("set.gguf"), o),
+              HasSubstr("set-00002-of-00002.gguf: output is the same file as input"));
+  EXPECT_EQ(read_all(input), before);
+  EXPECT_EQ(dir.entries(), (std::vector<std::string>{"hard.gguf", "in.gguf",
+                                                     "set-00002-of-00002.gguf", "sym.gguf"}));
+}
+
+TEST(writer, refuses_existing_output_without_force) {
+  ScratchDir dir;
+  const std::string out = dir.file("out.gguf");
+  { std::ofstream(out) << "precious"; }
+  EXPECT_EQ(error_of(small_plan(), out, {}),
+            out + ": output file exists; use --force to replace it");
+  EXPECT_EQ(read_all(out), "precious");
+  WriteOptions o;
+  o.force = true;
+  write_plan(small_plan(), out, o);
+  EXPECT_EQ(GgufFile::open(out)->tensors().size(), 2u);
+  EXPECT_EQ(dir.entries(), std::vector<std::string>{"out.gguf"});
+  // A split set refuses when any shard exists.
+  { std::ofstream(dir.file("set-00002-of-00002.gguf")) << "x"; }
+  WriteOptions split;
+  split.split_max_tensors = 1;
+  EXPECT_THAT(error_of(small_plan(), dir.file("set.gguf"), split),
+              HasSubstr("set-00002-of-00002.gguf: output file exists; use --force"));
+  EXPECT_FALSE(std::filesystem::exists(dir.file("set-00001-of-00002.gguf")));
+}
+
+TEST(writer, throwing_producer_leaves_nothing) {
+  ScratchDir dir;
+  Plan plan = small_plan();
+  PlanTensor p;
+  p.name = "produced";
+  p.type_id = static_cast<uint32_t>(GgmlType::I8);
+  p.shape = {int64_t{12} << 20};
+  p.bytes = uint64_t{12} << 20;
+  p.source = Producer{[](uint64_t off, std::span<uint8_t> out) {
+                        if (off > 0) throw std::runtime_error("boom");
+                        std::fill(out.begin(), out.end(), 1);
+                      },
+                      0};
+  plan.tensors.push_back(p);
+  const std::string out = dir.file("out.gguf");
+  const std::string msg = error_of(plan, out, {});
+  EXPECT_THAT(msg, HasSubstr(out + ": tensor 'produced': at byte "));
+  EXPECT_THAT(msg, HasSubstr(": producing the payload failed: boom"));
+  EXPECT_TRUE(dir.entries().empty());
+  // The same for a split set: shards already complete are removed as well.
+  WriteOptions o;
+  o.split_max_tensors = 1;
+  EXPECT_THAT(error_of(plan, out, o), HasSubstr("producing the payload failed: boom"));
+  EXPECT_TRUE(dir.entries().empty());
+}
+
+// Runs fn in a child with a private mount namespace holding a 1 MiB tmpfs at dir; returns the
+// child's exit code and what it wrote to the pipe. Exit code 77 means "could not set up".
+std::pair<int, std::string> in_small_tmpfs(const std::string& dir,
+                                           const std::function<std::string()>& fn) {
+  int fds[2];
+  if (::pipe(fds) != 0) return {77, "pipe failed"};
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    ::close(fds[0]);
+    auto finish = [&](int code, const std::string& msg) {
+      (void)!::write(fds[1], msg.data(), msg.size());
+      ::_exit(code);
+    };
+    if (::unshare(CLONE_NEWNS) != 0) finish(77, std::string("unshare: ") + strerror(errno));
+    if (::mount("none", "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0)
+      finish(77, std::string("make-private: ") + strerror(errno));
+    if (::mount("tmpfs", dir.c_str(), "tmpfs", 0, "size=1m") != 0)
+      finish(77, std::string("mount: ") + strerror(errno));
+    try {
+      finish(0, fn());
+    } catch (const std::exception& e) {
+      finish(1, std::string("unexpected exception: ") + e.what());
+    }
+  }
+  ::close(fds[1]);
+  std::string out;
+  char buf[4096];
+  for (ssize_t n; (n = ::read(fds[0], buf, sizeof buf)) > 0;) out.append(buf, n);
+  ::close(fds[0]);
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status), out};
+}
+
+TEST(writer, full_device_leaves_nothing) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root to mount a private tmpfs";
+  ScratchDir src_dir, dir;
+  // A FileRange source outside the tmpfs: copy_file_range either fails with EXDEV (then the
+  // writer falls back to write()) or reports ENOSPC itself.
+  const auto src_bytes = testing::pattern_bytes(uint64_t{3} << 20, 5);
+  {
+    std::ofstream f(src_dir.file("src.bin"), std::ios::binary);
+    f.write(reinterpret_cast<const char*>(src_bytes.data()), src_bytes.size());
+  }
+  const std::string out = dir.file("out.gguf");
+  const auto [code, msg] = in_small_tmpfs(dir.path(), [&] {
+    std::string report;
+    auto listing = [&] {
+      std::string s;
+      for (const auto& e : std::filesystem::directory_iterator(dir.path()))
+        s += " " + e.path().filename().string();
+      return s;
+    };
+    Plan produced = small_plan();
+    PlanTensor p;
+    p.name = "big";
+    p.type_id = static_cast<uint32_t>(GgmlType::I8);
+    p.shape = {int64_t{3} << 20};
+    p.bytes = uint64_t{3} << 20;
+    p.source =
+        Producer{[](uint64_t, std::span<uint8_t> o) { std::fill(o.begin(), o.end(), 7); }, 0};
+    produced.tensors.push_back(p);
+    Plan copied = produced;
+    copied.tensors.back().source = FileRange{open_file_source(src_dir.file("src.bin")), 0};
+    for (const Plan* plan : {&produced, &copied}) {
+      report += error_of(*plan, out, {}) + "\n";
+      report += "left:" + listing() + "\n";
+    }
+    return report;
+  });
+  if (code == 77) GTEST_SKIP() << "cannot mount a private tmpfs: " << msg;
+  ASSERT_EQ(code, 0) << msg;
+  std::vector<std::string> lines;
+  for (size_t at = 0, nl; (nl = msg.find('\n', at)) != std::string::npos; at = nl + 1)
+    lines.push_back(msg.substr(at, nl - at));
+  ASSERT_EQ(lines.size(), 4u) << msg;
+  for (int i : {0, 2}) {
+    SCOPED_TRACE(i == 0 ? "producer" : "file range");
+    EXPECT_EQ(lines[i].rfind(out + ": tensor 'big': at byte ", 0), 0u) << lines[i];
+    EXPECT_THAT(lines[i], ::testing::EndsWith("failed: no space left on device"));
+    EXPECT_EQ(lines[i + 1], "left:") << "files left behind";
+  }
+}
+
+TEST(writer, killed_writer_leaves_no_output) {
+  ScratchDir dir;
+  const std::string out = dir.file("out.gguf");
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    Plan plan;
+    PlanTensor p;
+    p.name = "slow";
+    p.type_id = static_cast<uint32_t>(GgmlType::I8);
+    p.shape = {int64_t{256} << 20};
+    p.bytes = uint64_t{256} << 20;
+    p.source = Producer{[](uint64_t, std::span<uint8_t> o) {
+                          std::fill(o.begin(), o.end(), 3);
+                          std::this_thread::sleep_for(std::chrono::milliseconds(50));
+                        },
+                        0};
+    plan.tensors.push_back(p);
+    try {
+      write_plan(plan, out, {});
+    } catch (...) {
+      ::_exit(1);
+    }
+    ::_exit(0);
+  }
+  // Wait until the temp file holds some payload, then kill the writer.
+  std::string temp;
+  for (int i = 0; i < 1000 && temp.empty(); ++i) {
+    for (const auto& name : dir.entries())
+      if (name.rfind(".out.gguf.tmp.", 0) == 0 &&
+          std::filesystem::file_size(dir.file(name)) > (uint64_t{8} << 20))
+        temp = name;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ::kill(pid, SIGKILL);
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  ASSERT_FALSE(temp.empty()) << "the writer never got going";
+  ASSERT_TRUE(WIFSIGNALED(status));
+  EXPECT_FALSE(std::filesystem::exists(out));
+  EXPECT_EQ(dir.entries(), std::vector<std::string>{temp});  // the documented leftover
+}
+
+// Flips one byte of the temp file once everything is written (the final progress call comes
+// before verification), so the read-back must catch it.
+std::string corrupt_and_write(const Plan& plan, const std::string& path, uint64_t at, uint8_t value,
+                              const ScratchDir& dir) {
+  WriteOptions o;
+  o.progress = [&](uint64_t done, uint64_t total) {
+    if (done != total) return;
+    for (const auto& name : dir.entries())
+      if (name.rfind(".out.gguf.tmp.", 0) == 0) {
+        const int fd = ::open(dir.file(name).c_str(), O_WRONLY);
+        EXPECT_EQ(::pwrite(fd, &value, 1, static_cast<off_t>(at)), 1);
+        ::close(fd);
+      }
+  };
+  return error_of(plan, path, o);
+}
+
+TEST(writer, verification_catches_a_changed_payload) {
+  ScratchDir dir;
+  Plan plan;
+  plan.tensors.push_back(memory_tensor("t", GgmlType::F32, {8}, 1));
+  plan.tensors.push_back(memory_tensor("u", GgmlType::F32, {1024}, 2));
+  const std::string out = dir.file("out.gguf");
+  const uint64_t data = serialize_header({}, 3, plan.tensors).size();
+  const uint8_t flipped = testing::payload_of(plan.tensors[1])[100] ^ 1;
+  const std::string msg = corrupt_and_write(plan, out, data + 32 + 100, flipped, dir);
+  EXPECT_THAT(msg, HasSubstr(out + ": tensor 'u': verification failed: payload reads back with "
+                                   "xxh3 "));
+  EXPECT_TRUE(dir.entries().empty());
+}
+
+TEST(writer, verification_catches_a_changed_header) {
+  ScratchDir dir;
+  Plan plan;
+  plan.tensors.push_back(memory_tensor("t", GgmlType::F32, {8}, 1));
+  const std::string out = dir.file("out.gguf");
+  // The tensor info is 8+1 (name) + 4 (n_dims) + 8 (ne) + 4 (type) + 8 (offset) bytes from 24.
+  const std::string msg = corrupt_and_write(plan, out, 24 + 9 + 4 + 8, 26, dir);  // f32 -> i32
+  EXPECT_EQ(msg, out + ": tensor 't': verification failed: reads back as i32 [8], wrote f32 [8]");
+  EXPECT_TRUE(dir.entries().empty());
+}
+
+TEST(writer, memory_stays_bounded) {
+  // In a child, so the peak RSS belongs to this write alone.
+  ScratchDir dir;
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    rusage before{};
+    ::getrusage(RUSAGE_SELF, &before);
+    Plan plan;
+    PlanTensor p;
+    p.name = "big";
+    p.type_id = static_cast<uint32_t>(GgmlType::F16);
+    p.shape = {4096, 16384};  // 128 MiB
+    p.bytes = expected_bytes(p);
+    p.source = Producer{[](uint64_t off, std::span<uint8_t> o) {
+                          std::memset(o.data(), static_cast<int>(off >> 20), o.size());
+                        },
+                        8192};
+    plan.tensors.push_back(p);
+    try {
+      write_plan(plan, dir.file("big.gguf"), {});
+    } catch (...) {
+      ::_exit(2);
+    }
+    rusage after{};
+    ::getrusage(RUSAGE_SELF, &after);
+    ::_exit(after.ru_maxrss - before.ru_maxrss < 32 * 1024 ? 0 : 1);  // KiB
+  }
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "peak RSS grew by 32 MiB or more (2 = write failed)";
+}
+
+// Not part of the default run (writes 4.3 GiB): --gtest_also_run_disabled_tests.
+TEST(writer, DISABLED_writes_files_over_4_gib) {
+  ScratchDir dir;
+  Plan plan;
+  // The second payload starts past 4 GiB.
+  for (int64_t n : {(int64_t{17} << 30) / 4 + 3, int64_t{1} << 20}) {
+    PlanTensor p;
+    p.name = "part." + std::to_string(plan.tensors.size());
+    p.type_id = static_cast<uint32_t>(GgmlType::I8);
+    p.shape = {n};
+    p.bytes = expected_bytes(p);
+    p.source = Producer{[](uint64_t off, std::span<uint8_t> o) {
+                          for (size_t k = 0; k < o.size(); k += 4096)
+                            o[k] = static_cast<uint8_t>((off + k) >> 12);
+                        },
+                        0};
+    plan.tensors.push_back(p);
+  }
+  const auto r = write_plan(plan, dir.file("big.gguf"), {});
+  EXPECT_TRUE(r.verified);
+  EXPECT_GT(r.tensors[1].offset, uint64_t{1} << 32);
+  EXPECT_EQ(
+      GgufFile::open(r.paths[0])->tensors()[1].offset + GgufFile::open(r.paths[0])->data_offset(),
+      r.tensors[1].offset);
+}
+
+}  // namespace
+}  // namespace gguf

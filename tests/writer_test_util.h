@@ -1,0 +1,86 @@
+// Helpers shared by the writer tests: a scratch directory, deterministic payload bytes and
+// plan tensors built from them.
+#pragma once
+
+#include <gtest/gtest.h>
+#include <stdlib.h>
+#include <xxhash.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "gguf/plan.h"
+#include "gguf/types.h"
+
+namespace gguf::testing {
+
+// A fresh directory under the system temp dir, removed with everything in it.
+class ScratchDir {
+ public:
+  ScratchDir() {
+    std::string tmpl = (std::filesystem::temp_directory_path() / "gguf-writer-XXXXXX").string();
+    if (!::mkdtemp(tmpl.data())) throw std::runtime_error("mkdtemp failed");
+    path_ = tmpl;
+  }
+  ~ScratchDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path_, ec);
+  }
+  ScratchDir(const ScratchDir&) = delete;
+  ScratchDir& operator=(const ScratchDir&) = delete;
+
+  const std::string& path() const { return path_; }
+  std::string file(const std::string& name) const { return path_ + "/" + name; }
+  // Names of all entries, sorted (dotfiles included).
+  std::vector<std::string> entries() const {
+    std::vector<std::string> out;
+    for (const auto& e : std::filesystem::directory_iterator(path_))
+      out.push_back(e.path().filename().string());
+    std::sort(out.begin(), out.end());
+    return out;
+  }
+
+ private:
+  std::string path_;
+};
+
+// Deterministic pseudo-random bytes (splitmix64), different for each seed.
+inline std::vector<uint8_t> pattern_bytes(uint64_t n, uint64_t seed) {
+  std::vector<uint8_t> out(static_cast<size_t>(n));
+  uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
+  for (size_t i = 0; i < out.size(); i += 8) {
+    x += 0x9E3779B97F4A7C15ull;
+    uint64_t z = x;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    z ^= z >> 31;
+    for (size_t k = 0; k < 8 && i + k < out.size(); ++k)
+      out[i + k] = static_cast<uint8_t>(z >> (8 * k));
+  }
+  return out;
+}
+
+inline uint64_t xxh3_of(const std::vector<uint8_t>& b) { return XXH3_64bits(b.data(), b.size()); }
+
+// A tensor whose payload is held in memory: pattern bytes of the size type and shape imply.
+inline PlanTensor memory_tensor(std::string name, GgmlType type, std::vector<int64_t> shape,
+                                uint64_t seed = 1) {
+  PlanTensor t;
+  t.name = std::move(name);
+  t.type_id = static_cast<uint32_t>(type);
+  t.shape = std::move(shape);
+  t.bytes = expected_bytes(t);
+  t.source =
+      MemoryBytes{std::make_shared<const std::vector<uint8_t>>(pattern_bytes(t.bytes, seed))};
+  return t;
+}
+
+// The payload of a memory tensor (for comparisons).
+inline const std::vector<uint8_t>& payload_of(const PlanTensor& t) {
+  return *std::get<MemoryBytes>(t.source).data;
+}
+
+}  // namespace gguf::testing
