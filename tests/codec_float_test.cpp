@@ -11,6 +11,7 @@
 #include <limits>
 #include <random>
 #include <span>
+#include <string_view>
 #include <vector>
 
 #include "codec_bits.h"
@@ -169,6 +170,11 @@ TEST(codec_float, every_half_and_bf16_pattern_decodes_like_ggml) {
     ASSERT_TRUE(GgmlRef::get().dequantize_row(static_cast<int>(t), all.data(), ref.data(),
                                               static_cast<int64_t>(all.size())));
     EXPECT_TRUE(same_float_bits(decode(t, bytes, all.size()), ref)) << traits(t).name;
+    // Block scales go through the scalar conversion, which has its own fast path.
+    std::vector<float> scalar(all.size());
+    for (size_t i = 0; i < all.size(); ++i)
+      scalar[i] = t == GgmlType::F16 ? fp16_to_fp32(all[i]) : bf16_to_fp32(all[i]);
+    EXPECT_TRUE(same_float_bits(scalar, ref)) << traits(t).name << " scalar";
   }
 }
 
@@ -191,27 +197,36 @@ std::vector<float> edge_floats() {
 }
 
 // 4 M floats: uniformly random bit patterns, random values around the half range and the half
-// subnormals, and the edge list; encoded by ggml_quantize_chunk (f16, bf16, f32) and by us.
+// subnormals, and the edge list.
+const std::vector<float>& test_floats() {
+  static const std::vector<float> x = [] {
+    std::vector<float> v = edge_floats();
+    std::mt19937 rng(42);
+    v.reserve(4 << 20);
+    while (v.size() < (4u << 20)) {
+      uint32_t u = rng();
+      switch (v.size() % 4) {
+        case 1:  // exponents 2^-26 .. 2^16: f16 subnormals, normals and overflow
+          u = (u & 0x807FFFFFu) | ((0x65u + (u >> 23) % 44) << 23);
+          break;
+        case 2:  // exponents up to 2^-119 (fp32 subnormals), from 2^120 (bf16 overflow, inf, NaN)
+          u = (u & 0x807FFFFFu) | (((u >> 23) % 2 ? 0xF7u + (u >> 24) % 9 : (u >> 24) % 9) << 23);
+          break;
+        default:
+          break;
+      }
+      v.push_back(from_bits(u));
+    }
+    return v;
+  }();
+  return x;
+}
+
+// Rows through ggml_quantize_chunk (f16, bf16, f32) and through our quantize().
 TEST(codec_float, encodes_like_ggml) {
   GGUF_REQUIRE_GGML();
   constexpr int64_t kRow = 4096;
-  std::vector<float> x = edge_floats();
-  std::mt19937 rng(42);
-  x.reserve(4 << 20);
-  while (x.size() < (4u << 20)) {
-    uint32_t u = rng();
-    switch (x.size() % 4) {
-      case 1:  // exponents 2^-26 .. 2^16: f16 subnormals, normals and overflow
-        u = (u & 0x807FFFFFu) | ((0x65u + (u >> 23) % 44) << 23);
-        break;
-      case 2:  // exponents up to 2^-119 (fp32 subnormals) and from 2^120 (bf16 overflow, inf, NaN)
-        u = (u & 0x807FFFFFu) | (((u >> 23) % 2 ? 0xF7u + (u >> 24) % 9 : (u >> 24) % 9) << 23);
-        break;
-      default:
-        break;
-    }
-    x.push_back(from_bits(u));
-  }
+  std::vector<float> x = test_floats();
   x.resize(x.size() / kRow * kRow);
   const int64_t nrows = static_cast<int64_t>(x.size()) / kRow;
   for (const GgmlType t : {GgmlType::F16, GgmlType::BF16, GgmlType::F32}) {
@@ -222,6 +237,29 @@ TEST(codec_float, encodes_like_ggml) {
                                             kRow, nullptr),
               ref.size());
     EXPECT_TRUE(same_bytes(ours, ref, sz)) << traits(t).name;
+  }
+}
+
+// The scalar conversions of gguf/fp16.h against ggml's exported row functions themselves,
+// including ggml_fp32_to_bf16_row (the non-reference one ggml_quantize_chunk does not use).
+TEST(codec_float, scalar_conversions_match_ggml_row_functions) {
+  GGUF_REQUIRE_GGML();
+  using Narrow = void (*)(const float*, uint16_t*, int64_t);
+  const auto& x = test_floats();
+  const auto n = static_cast<int64_t>(x.size());
+  for (const char* name :
+       {"ggml_fp32_to_fp16_row", "ggml_fp32_to_bf16_row", "ggml_fp32_to_bf16_row_ref"}) {
+    const auto fn = reinterpret_cast<Narrow>(GgmlRef::get().symbol(name));
+    ASSERT_NE(fn, nullptr) << name;
+    std::vector<uint16_t> ref(x.size());
+    fn(x.data(), ref.data(), n);
+    const bool half = std::string_view(name).find("fp16") != std::string_view::npos;
+    int64_t diffs = 0, first = -1;
+    for (int64_t i = 0; i < n; ++i) {
+      const uint16_t ours = half ? fp32_to_fp16(x[i]) : fp32_to_bf16(x[i]);
+      if (ours != ref[i] && diffs++ == 0) first = i;
+    }
+    EXPECT_EQ(diffs, 0) << name << ": first at 0x" << std::hex << bits(x[first]);
   }
 }
 
