@@ -249,20 +249,29 @@ void encode_tq2_0(const float* x, uint8_t* dst, int64_t nrows, int64_t n_per_row
   }
 }
 
-// The code whose FP4 level (times d) is nearest to x; the first one wins ties, and a NaN
-// distance never wins.
-uint8_t nearest_fp4(float x, float d) {
-  uint8_t best = 0;
-  float best_err = std::fabs(static_cast<float>(iq::kValuesFp4[0]) * d - x);
-  for (uint8_t c = 1; c < 16; ++c) {
-    const float err = std::fabs(static_cast<float>(iq::kValuesFp4[c]) * d - x);
-    if (err < best_err) {
-      best = c;
-      best_err = err;
-    }
+// The 16 FP4 levels scaled by d, each computed as ggml computes it (float(level) * d).
+struct Fp4Levels {
+  float v[16];
+  explicit Fp4Levels(float d) {
+    for (int c = 0; c < 16; ++c) v[c] = static_cast<float>(iq::kValuesFp4[c]) * d;
   }
-  return best;
-}
+  // The code whose level is nearest to x; the first one wins ties, and a NaN distance never
+  // wins. Levels of the other sign than x are farther than level 0 (d >= 0), so only the seven
+  // of x's sign compete with it.
+  uint8_t nearest(float x) const {
+    const int base = x < 0.0f ? 8 : 0;
+    int best = 0;
+    float best_err = std::fabs(v[0] - x);
+    // Selects instead of branches: random data makes the comparisons unpredictable.
+    for (int c = 1; c < 8; ++c) {
+      const float err = std::fabs(v[base + c] - x);
+      const bool better = err < best_err;
+      best = better ? base + c : best;
+      best_err = better ? err : best_err;
+    }
+    return static_cast<uint8_t>(best);
+  }
+};
 
 // Largest magnitude, skipping NaNs (ggml's "if (amax < |v|)" never takes one).
 float abs_max(const float* x, int n) {
@@ -285,9 +294,9 @@ void encode_mxfp4(const float* x, uint8_t* dst, int64_t nrows, int64_t n_per_row
   for (int64_t i = 0; i < nrows * n_per_row / kQKMxfp4; ++i, x += kQKMxfp4) {
     BlockMxfp4 b{};
     b.e = mxfp4_exponent(abs_max(x, kQKMxfp4));
-    const float d = e8m0_half(b.e);
+    const Fp4Levels levels(e8m0_half(b.e));
     for (int j = 0; j < 16; ++j)
-      b.qs[j] = static_cast<uint8_t>(nearest_fp4(x[j], d) | (nearest_fp4(x[j + 16], d) << 4));
+      b.qs[j] = static_cast<uint8_t>(levels.nearest(x[j]) | (levels.nearest(x[j + 16]) << 4));
     std::memcpy(dst + i * sizeof(b), &b, sizeof(b));
   }
 }
@@ -317,10 +326,10 @@ void encode_nvfp4(const float* x, uint8_t* dst, int64_t nrows, int64_t n_per_row
     BlockNvfp4 b{};
     for (int s = 0; s < 4; ++s, x += 16) {
       b.d[s] = to_ue4m3(abs_max(x, 16) / 6.0f);
-      const float d = ue4m3_half(b.d[s]);
+      const Fp4Levels levels(ue4m3_half(b.d[s]));
       for (int j = 0; j < 8; ++j)
         b.qs[8 * s + j] =
-            static_cast<uint8_t>(nearest_fp4(x[j], d) | (nearest_fp4(x[j + 8], d) << 4));
+            static_cast<uint8_t>(levels.nearest(x[j]) | (levels.nearest(x[j + 8]) << 4));
     }
     std::memcpy(dst + i * sizeof(b), &b, sizeof(b));
   }
