@@ -248,8 +248,10 @@ void measure(const Side& a, const Side& b, DiffReport& report, const DiffOptions
   std::vector<size_t> owner;
   for (size_t i = 0; i < report.tensors.size(); ++i) {
     TensorDiff& t = report.tensors[i];
-    if (!t.a || !t.b || t.change == TensorChange::kShape) continue;
-    const bool ab = o.values && t.change != TensorChange::kSame;
+    // Tensors identical in bytes are never decoded: against a reference they would tie.
+    if (!t.a || !t.b || t.change == TensorChange::kShape || t.change == TensorChange::kSame)
+      continue;
+    const bool ab = o.values;
     const SideTensor& sa = a.tensors[a.index.at(t.name)];
     const SideTensor& sb = b.tensors[b.index.at(t.name)];
     const TensorRef* ref = o.reference ? o.reference->find(t.name) : nullptr;
@@ -265,7 +267,7 @@ void measure(const Side& a, const Side& b, DiffReport& report, const DiffOptions
       t.note = *problem;
       continue;
     }
-    detail::ValueJob job{sa.ref, sb.ref, ref, ab, t.change == TensorChange::kSame, nullptr};
+    detail::ValueJob job{sa.ref, sb.ref, ref, ab, nullptr};
     if (o.importance) {
       job.weights = o.importance->find(t.name);
       if (job.weights)
@@ -284,9 +286,7 @@ void measure(const Side& a, const Side& b, DiffReport& report, const DiffOptions
     t.ref_b = results[j].ref_b;
     if (const TensorRef* ref = jobs[j].ref)
       t.ref = TensorSide{ref->info->type_id, ref->info->shape, ref->info->bytes, std::nullopt};
-    const bool need_b = jobs[j].measure_ab || (jobs[j].ref && !jobs[j].b_equals_a);
-    report.decoded_elements +=
-        jobs[j].a->info->n_elements * (1 + need_b + (jobs[j].ref != nullptr));
+    report.decoded_elements += jobs[j].a->info->n_elements * (jobs[j].ref ? 3 : 2);
     if (t.ref_a && t.ref_b) {
       const uint64_t bad_a = t.ref_a->nan_x + t.ref_a->inf_x,
                      bad_b = t.ref_b->nan_x + t.ref_b->inf_x;

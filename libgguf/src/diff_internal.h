@@ -13,14 +13,13 @@
 
 namespace gguf::detail {
 
-// One tensor to measure: B against A, and/or A and B against a reference. All present
-// tensors have equal shapes and decodable types.
+// One tensor whose bytes differ in A and B, to measure: B against A, and/or A and B against a
+// reference. All present tensors have equal shapes and decodable types.
 struct ValueJob {
   const TensorRef* a = nullptr;
   const TensorRef* b = nullptr;
   const TensorRef* ref = nullptr;  // null: no three-way measurement
   bool measure_ab = false;         // B against A
-  bool b_equals_a = false;         // byte-identical: B against the reference = A against it
   const std::vector<float>* weights = nullptr;  // importance, already checked against the shape
 };
 

@@ -268,7 +268,7 @@ std::vector<ValueResult> measure_values(const std::vector<ValueJob>& jobs, unsig
     for (uint64_t r = 0; r < geo[j].nrows; r += per)
       items.push_back({j, r, std::min(per, geo[j].nrows - r)});
     const auto bytes = [](const TensorRef* t) { return t ? t->data().size() : 0; };
-    total += bytes(jobs[j].a) + (jobs[j].b_equals_a ? 0 : bytes(jobs[j].b)) + bytes(jobs[j].ref);
+    total += bytes(jobs[j].a) + bytes(jobs[j].b) + bytes(jobs[j].ref);
   }
   // One partial per item, merged in row order below: the result is independent of scheduling.
   std::vector<std::array<ErrorMetrics, 3>> partial(items.size());
@@ -287,13 +287,12 @@ std::vector<ValueResult> measure_values(const std::vector<ValueJob>& jobs, unsig
       bytes += t->data().size() * it.rows / g.nrows;
     };
     decode(job.a, buf.a);
-    const bool need_b = job.measure_ab || (job.ref && !job.b_equals_a);
-    if (need_b) decode(job.b, buf.b);
+    decode(job.b, buf.b);
     if (job.measure_ab) accumulate_rows(buf.a, buf.b, job, g, it.row0, it.rows, partial[k][0]);
     if (job.ref) {
       decode(job.ref, buf.ref);
       accumulate_rows(buf.ref, buf.a, job, g, it.row0, it.rows, partial[k][1]);
-      if (!job.b_equals_a) accumulate_rows(buf.ref, buf.b, job, g, it.row0, it.rows, partial[k][2]);
+      accumulate_rows(buf.ref, buf.b, job, g, it.row0, it.rows, partial[k][2]);
     }
     const uint64_t d = done.fetch_add(bytes) + bytes;
     if (progress) progress(d, total);
@@ -310,13 +309,8 @@ std::vector<ValueResult> measure_values(const std::vector<ValueJob>& jobs, unsig
     ValueResult& r = out[items[k].job];
     if (r.ab) r.ab->merge(partial[k][0]);
     if (r.ref_a) r.ref_a->merge(partial[k][1]);
+    if (r.ref_b) r.ref_b->merge(partial[k][2]);
   }
-  for (size_t k = 0; k < items.size(); ++k) {
-    ValueResult& r = out[items[k].job];
-    if (r.ref_b && !jobs[items[k].job].b_equals_a) r.ref_b->merge(partial[k][2]);
-  }
-  for (size_t j = 0; j < jobs.size(); ++j)
-    if (jobs[j].ref && jobs[j].b_equals_a) out[j].ref_b = out[j].ref_a;
   return out;
 }
 

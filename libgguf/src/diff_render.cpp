@@ -82,7 +82,8 @@ std::string metadata_section(const DiffReport& r) {
                                 n[static_cast<size_t>(MetadataChange::kChanged)],
                                 n[static_cast<size_t>(MetadataChange::kAdded)],
                                 n[static_cast<size_t>(MetadataChange::kRemoved)]);
-  Table t({"key", "change", "a", "b", "note"}, {true, true, true, true, true});
+  std::vector<std::vector<std::string>> rows;
+  bool any_note = false;
   for (const auto& m : r.metadata) {
     std::string note;
     if (m.a && m.b && m.a->type() != m.b->type())
@@ -91,8 +92,16 @@ std::string metadata_section(const DiffReport& r) {
       note = "element type changed";
     else if (m.first_difference)
       note = fmt::format("first difference at index {}", *m.first_difference);
-    t.add({escape_for_terminal(m.key), std::string(change_name(m.change)), value_text(m.a),
-           value_text(m.b), note});
+    any_note = any_note || !note.empty();
+    rows.push_back({escape_for_terminal(m.key), std::string(change_name(m.change)), value_text(m.a),
+                    value_text(m.b), note});
+  }
+  std::vector<std::string> header = {"key", "change", "a", "b"};
+  if (any_note) header.push_back("note");
+  Table t(header, std::vector<bool>(header.size(), true));
+  for (auto& row : rows) {
+    row.resize(header.size());
+    t.add(std::move(row));
   }
   return out + t.render("  ");
 }
@@ -302,7 +311,7 @@ std::string render_diff_json(const DiffReport& r, const DiffRenderOptions& o) {
   for (const auto& m : r.metadata) doc["metadata"].push_back(metadata_diff_json(m));
   doc["tensors"] = json::array();
   for (const auto& t : r.tensors) {
-    if (t.change == TensorChange::kSame && !o.all && !t.closer) continue;
+    if (t.change == TensorChange::kSame && !o.all) continue;
     json j = {{"name", utf8_or_escaped(t.name)},
               {"change", std::string(change_name(t.change))},
               {"role", std::string(role_name(t.role))},

@@ -1,0 +1,335 @@
+// gguf-diff, the binary: golden text and JSON, exit codes as diff(1), messages on bad input.
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "diff_fixture.h"
+
+namespace gguf {
+namespace {
+
+using namespace diff_fixture;
+using testing::CliResult;
+using testing::run_cli;
+using testing::TempDir;
+
+// Replaces every occurrence of the temporary directory with "DIR" so goldens are stable.
+std::string scrub(std::string s, const std::string& dir) {
+  for (size_t at; (at = s.find(dir)) != std::string::npos;) s.replace(at, dir.size(), "DIR");
+  return s;
+}
+
+// A and B: B renames the model, nudges four elements of blk.0.attn_q.weight by exactly 1/2
+// (so every metric has an exact or correctly rounded value) and stores token_embd as bf16.
+struct Pair {
+  TempDir dir;
+  std::string a, b;
+  Pair() {
+    Fixture fa, fb;
+    fb.name = "tiny-b";
+    auto q = floats_of(fb.tensor("blk.0.attn_q.weight"));
+    for (size_t i : {1, 17, 33, 60}) q[i] += 0.5f;
+    fb.tensor("blk.0.attn_q.weight").payload = f32_bytes(q);
+    auto& e = fb.tensor("token_embd.weight");
+    const auto v = floats_of(e);
+    e.type = kBF16;
+    e.payload.clear();
+    for (float f : v) {
+      uint32_t bits;
+      std::memcpy(&bits, &f, 4);
+      e.payload.push_back(static_cast<uint8_t>(bits >> 16));
+      e.payload.push_back(static_cast<uint8_t>(bits >> 24));
+    }
+    a = fa.write(dir, "a.gguf");
+    b = fb.write(dir, "b.gguf");
+  }
+  CliResult run(std::vector<std::string> args) const {
+    args.push_back(a);
+    args.push_back(b);
+    CliResult r = run_cli("gguf-diff", args);
+    r.out = scrub(r.out, dir.path());
+    r.err = scrub(r.err, dir.path());
+    return r;
+  }
+};
+
+TEST(diff_cli, identical_files_exit_0) {
+  TempDir dir;
+  const Fixture f;
+  const std::string a = f.write(dir, "a.gguf"), b = f.write(dir, "b.gguf");
+  CliResult r = run_cli("gguf-diff", {a, b});
+  EXPECT_EQ(r.code, 0);
+  EXPECT_EQ(r.err, "");
+  EXPECT_EQ(scrub(r.out, dir.path()),
+            "A: DIR/a.gguf\n"
+            "B: DIR/b.gguf\n"
+            "metadata: no changes\n"
+            "tensors: 4 compared, all same\n"
+            "identical\n");
+  r = run_cli("gguf-diff", {"-q", a, b});
+  EXPECT_EQ(r.code, 0);
+  EXPECT_EQ(r.out + r.err, "");
+}
+
+TEST(diff_cli, differences_golden_text) {
+  const Pair p;
+  const CliResult r = p.run({"--values", "--no-summary"});
+  EXPECT_EQ(r.code, 1);
+  EXPECT_EQ(r.err, "");
+  EXPECT_EQ(
+      r.out,
+      "A: DIR/a.gguf\n"
+      "B: DIR/b.gguf\n"
+      "metadata: 1 changed, 0 added, 0 removed\n"
+      "  key           change   a              b\n"
+      "  general.name  changed  string \"tiny\"  string \"tiny-b\"\n"
+      "tensors: 4 compared: 2 same, 0 only in A, 0 only in B, 0 shape, 1 type, 1 bytes\n"
+      "  name                 change  type a  type b  shape a  shape b  bytes a  bytes b  delta\n"
+      "  token_embd.weight    type    f32     bf16        8x4      8x4    128 B     64 B  -64 B\n"
+      "  blk.0.attn_q.weight  bytes   f32     f32         8x8      8x8    256 B    256 B    0 B\n"
+      "  total: 800 B in A, 736 B in B (-64 B)\n"
+      "values (B against A):\n"
+      "  name                 type a  type b       rmse   max|a-b|        rel    cosine  snr db  "
+      "non-finite\n"
+      "  token_embd.weight    f32     bf16    0.000e+00  0.000e+00  0.000e+00  1.000000     inf    "
+      "       -\n"
+      "  blk.0.attn_q.weight  f32     f32     1.250e-01  5.000e-01  1.742e-02  0.999856   35.18    "
+      "       -\n"
+      "different\n");
+}
+
+TEST(diff_cli, summaries_golden_text) {
+  const Pair p;
+  const CliResult r = p.run({"--values", "--role", "attn-proj,embedding"});
+  EXPECT_EQ(r.code, 1);
+  EXPECT_EQ(
+      r.out,
+      "A: DIR/a.gguf\n"
+      "B: DIR/b.gguf\n"
+      "metadata: 1 changed, 0 added, 0 removed\n"
+      "  key           change   a              b\n"
+      "  general.name  changed  string \"tiny\"  string \"tiny-b\"\n"
+      "tensors: 2 compared: 0 same, 0 only in A, 0 only in B, 0 shape, 1 type, 1 bytes\n"
+      "  name                 change  type a  type b  shape a  shape b  bytes a  bytes b  delta\n"
+      "  token_embd.weight    type    f32     bf16        8x4      8x4    128 B     64 B  -64 B\n"
+      "  blk.0.attn_q.weight  bytes   f32     f32         8x8      8x8    256 B    256 B    0 B\n"
+      "  total: 384 B in A, 320 B in B (-64 B)\n"
+      "values (B against A):\n"
+      "  name                 type a  type b       rmse   max|a-b|        rel    cosine  snr db  "
+      "non-finite\n"
+      "  token_embd.weight    f32     bf16    0.000e+00  0.000e+00  0.000e+00  1.000000     inf    "
+      "       -\n"
+      "  blk.0.attn_q.weight  f32     f32     1.250e-01  5.000e-01  1.742e-02  0.999856   35.18    "
+      "       -\n"
+      "by role:\n"
+      "  role       tensors  changed  bytes a  bytes b  delta        rel   max|a-b|\n"
+      "  attn-proj        1        1    256 B    256 B    0 B  1.742e-02  5.000e-01\n"
+      "  embedding        1        1    128 B     64 B  -64 B  0.000e+00  0.000e+00\n"
+      "by layer:\n"
+      "  layer  tensors  changed  bytes a  bytes b  delta        rel   max|a-b|\n"
+      "  0            1        1    256 B    256 B    0 B  1.742e-02  5.000e-01\n"
+      "  -            1        1    128 B     64 B  -64 B  0.000e+00  0.000e+00\n"
+      "different\n");
+}
+
+TEST(diff_cli, golden_json) {
+  const Pair p;
+  const CliResult r = p.run({"--json", "--values", "--no-metadata", "--layers", "0"});
+  EXPECT_EQ(r.code, 1);
+  EXPECT_EQ(r.err, "");
+  EXPECT_EQ(r.out, R"json({
+  "a": {
+    "files": [
+      "DIR/a.gguf"
+    ],
+    "manifest": false
+  },
+  "b": {
+    "files": [
+      "DIR/b.gguf"
+    ]
+  },
+  "identical": false,
+  "metadata": [],
+  "reference": null,
+  "stopped_early": false,
+  "summary": {
+    "by_layer": [
+      {
+        "bytes_a": 256,
+        "bytes_b": 256,
+        "changed": 1,
+        "key": "0",
+        "measured": 1,
+        "metrics": {
+          "cosine": 0.9998561748946568,
+          "count": 64,
+          "inf_a": 0,
+          "inf_b": 0,
+          "max_abs": 0.5,
+          "nan_a": 0,
+          "nan_b": 0,
+          "rel": 0.017420513960051124,
+          "rmse": 0.125,
+          "snr_db": 35.178780721674585
+        },
+        "tensors": 1
+      }
+    ],
+    "by_role": [
+      {
+        "bytes_a": 256,
+        "bytes_b": 256,
+        "changed": 1,
+        "key": "attn-proj",
+        "measured": 1,
+        "metrics": {
+          "cosine": 0.9998561748946568,
+          "count": 64,
+          "inf_a": 0,
+          "inf_b": 0,
+          "max_abs": 0.5,
+          "nan_a": 0,
+          "nan_b": 0,
+          "rel": 0.017420513960051124,
+          "rmse": 0.125,
+          "snr_db": 35.178780721674585
+        },
+        "tensors": 1
+      }
+    ],
+    "bytes": 1,
+    "bytes_a": 256,
+    "bytes_b": 256,
+    "metadata_changes": 0,
+    "only_a": 0,
+    "only_b": 0,
+    "same": 0,
+    "shape": 0,
+    "tensors": 1,
+    "type": 0
+  },
+  "tensors": [
+    {
+      "a": {
+        "bytes": 256,
+        "shape": [
+          8,
+          8
+        ],
+        "type": "f32",
+        "type_id": 0,
+        "xxh3": "85b0df1e7b67f3e8"
+      },
+      "b": {
+        "bytes": 256,
+        "shape": [
+          8,
+          8
+        ],
+        "type": "f32",
+        "type_id": 0,
+        "xxh3": "6c7f9e8831873250"
+      },
+      "change": "bytes",
+      "layer": 0,
+      "metrics": {
+        "cosine": 0.9998561748946568,
+        "count": 64,
+        "inf_a": 0,
+        "inf_b": 0,
+        "max_abs": 0.5,
+        "nan_a": 0,
+        "nan_b": 0,
+        "rel": 0.017420513960051124,
+        "rmse": 0.125,
+        "snr_db": 35.178780721674585
+      },
+      "name": "blk.0.attn_q.weight",
+      "role": "attn-proj"
+    }
+  ]
+}
+)json");
+  EXPECT_NO_THROW((void)nlohmann::json::parse(r.out));
+}
+
+TEST(diff_cli, quiet_prints_nothing_and_exits_1) {
+  const Pair p;
+  const CliResult r = p.run({"-q"});
+  EXPECT_EQ(r.code, 1);
+  EXPECT_EQ(r.out + r.err, "");
+}
+
+TEST(diff_cli, usage_errors_exit_2) {
+  const auto err = [](const std::vector<std::string>& args) {
+    const CliResult r = run_cli("gguf-diff", args);
+    EXPECT_EQ(r.code, 2);
+    EXPECT_EQ(r.out, "");
+    return r.err;
+  };
+  const std::string hint = "Try 'gguf-diff --help' for more information.\n";
+  EXPECT_EQ(err({"only.gguf"}), "gguf-diff: error: expected two models A and B, got 1\n" + hint);
+  EXPECT_EQ(err({"--manifest", "m.json", "a.gguf", "b.gguf"}),
+            "gguf-diff: error: expected one model with --manifest, got 2\n" + hint);
+  EXPECT_EQ(err({"-q", "--json", "a.gguf", "b.gguf"}),
+            "gguf-diff: error: --quiet and --json exclude each other\n" + hint);
+  EXPECT_EQ(err({"--manifest", "m.json", "--values", "b.gguf"}),
+            "gguf-diff: error: --values, --imatrix, --reference and --paranoid need the bytes of "
+            "both sides; a manifest holds only hashes\n" +
+                hint);
+  EXPECT_EQ(err({"--frobnicate", "a.gguf", "b.gguf"}),
+            "gguf-diff: error: unrecognised option '--frobnicate'\n" + hint);
+}
+
+TEST(diff_cli, bad_input_exits_2) {
+  TempDir dir;
+  const Fixture f;
+  const std::string a = f.write(dir, "a.gguf");
+  std::ofstream(dir.file("bad.gguf")) << "GGML" << std::string(60, '\0');
+  CliResult r = run_cli("gguf-diff", {a, dir.file("missing.gguf")});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(r.out, "");
+  EXPECT_EQ(scrub(r.err, dir.path()),
+            "gguf-diff: error: DIR/missing.gguf: cannot open: No such file or directory\n");
+  r = run_cli("gguf-diff", {dir.file("bad.gguf"), a});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(scrub(r.err, dir.path()),
+            "gguf-diff: error: DIR/bad.gguf: at byte 0: not a GGUF file (magic 'GGML', expected "
+            "'GGUF')\n");
+  std::ofstream(dir.file("m.json")) << "{\"files\": []}";
+  r = run_cli("gguf-diff", {"--manifest", dir.file("m.json"), a});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(scrub(r.err, dir.path()),
+            "gguf-diff: error: DIR/m.json: no \"tensors\" array; expected the output of "
+            "gguf-inspect --hashes --json\n");
+}
+
+TEST(diff_cli, manifest_written_by_gguf_inspect) {
+  const Pair p;
+  const CliResult m = run_cli("gguf-inspect", {"--hashes", "--json", p.a});
+  ASSERT_EQ(m.code, 0) << m.err;
+  const std::string manifest = p.dir.file("a.json");
+  std::ofstream(manifest) << m.out;
+  CliResult r = run_cli("gguf-diff", {"--manifest", manifest, p.a});
+  EXPECT_EQ(r.code, 0) << r.out << r.err;
+  r = run_cli("gguf-diff", {"--manifest", manifest, "--json", p.b});
+  EXPECT_EQ(r.code, 1) << r.err;
+  const auto doc = nlohmann::json::parse(r.out);
+  EXPECT_TRUE(doc["a"]["manifest"].get<bool>());
+  EXPECT_EQ(doc["summary"]["bytes"], 1);
+  EXPECT_EQ(doc["summary"]["type"], 1);
+  EXPECT_EQ(doc["metadata"][0]["key"], "general.name");
+}
+
+TEST(diff_cli, help_lists_the_options) {
+  const CliResult r = run_cli("gguf-diff", {"--help"});
+  EXPECT_EQ(r.code, 0);
+  for (const char* opt : {"--values", "--imatrix", "--reference", "--manifest", "--paranoid",
+                          "--json", "--quiet", "--layers", "--role", "--match", "--all"})
+    EXPECT_NE(r.out.find(opt), std::string::npos) << opt;
+}
+
+}  // namespace
+}  // namespace gguf
