@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <limits>
 
 #include "ggml_ref.h"
@@ -366,6 +368,45 @@ TEST(ggml_reader, accepts_every_shard_of_a_split_set) {
     EXPECT_EQ(md.find("general.architecture") != nullptr, s == 0);
   }
   EXPECT_EQ(next, plan.tensors.size());
+}
+
+// The harness sees refusals: ggml rejects a gap between payloads, and (when loading data) a
+// file without the padding after the last payload, which is why the writer writes it.
+TEST(ggml_reader, refuses_what_the_writer_must_not_write) {
+  GGUF_REQUIRE_GGUF_API();
+  ScratchDir dir;
+  Plan plan;
+  plan.tensors = {memory_tensor("a", GgmlType::F32, {3}, 1),
+                  memory_tensor("b", GgmlType::F32, {5}, 2)};
+  const std::string path = dir.file("p.gguf");
+  write_plan(plan, path, {});
+  {
+    GgmlFile ok(path, true);
+    EXPECT_NE(ok.ctx, nullptr);
+  }
+  const auto f = GgufFile::open(path);
+  const TensorInfo& b = f->tensors()[1];
+  const uint64_t at = b.info_offset + 8 + b.name.size() + 4 + 8 * b.shape.size() + 4;
+  const uint64_t final_pad = f->file_size() - f->data_start(b) - *b.bytes;
+  ASSERT_GT(final_pad, 0u);
+  {
+    // Truncated by the final padding: our reader accepts it, ggml cannot load the blob.
+    std::filesystem::copy_file(path, dir.file("short.gguf"));
+    std::filesystem::resize_file(dir.file("short.gguf"), f->file_size() - final_pad);
+    GgmlFile g(dir.file("short.gguf"), true);
+    EXPECT_EQ(g.ctx, nullptr);
+  }
+  {
+    // One alignment unit of gap before "b".
+    std::filesystem::copy_file(path, dir.file("gap.gguf"));
+    std::fstream io(dir.file("gap.gguf"), std::ios::in | std::ios::out | std::ios::binary);
+    const uint64_t off = b.offset + 32;
+    io.seekp(static_cast<std::streamoff>(at));
+    io.write(reinterpret_cast<const char*>(&off), 8);
+    io.close();
+    GgmlFile g(dir.file("gap.gguf"), false);
+    EXPECT_EQ(g.ctx, nullptr);
+  }
 }
 
 }  // namespace

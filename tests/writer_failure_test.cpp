@@ -111,6 +111,19 @@ TEST(writer, refuses_existing_output_without_force) {
   EXPECT_FALSE(std::filesystem::exists(dir.file("set-00001-of-00002.gguf")));
 }
 
+TEST(writer, keeps_a_file_that_appears_during_the_write) {
+  ScratchDir dir;
+  const std::string out = dir.file("out.gguf");
+  WriteOptions o;
+  o.progress = [&](uint64_t done, uint64_t total) {
+    if (done == total) std::ofstream(out) << "arrived meanwhile";
+  };
+  EXPECT_EQ(error_of(small_plan(), out, o),
+            out + ": output file exists; use --force to replace it");
+  EXPECT_EQ(read_all(out), "arrived meanwhile");
+  EXPECT_EQ(dir.entries(), std::vector<std::string>{"out.gguf"});
+}
+
 TEST(writer, throwing_producer_leaves_nothing) {
   ScratchDir dir;
   Plan plan = small_plan();

@@ -123,8 +123,20 @@ void OutputFile::finish() {
   if (::close(fd) != 0) fail("close failed", errno);
 }
 
-void OutputFile::commit() {
+void OutputFile::commit(bool replace) {
   object_.clear();
+  // Without --force, a file created at the output path since it was checked must survive.
+  if (!replace) {
+    if (::renameat2(AT_FDCWD, temp_.c_str(), AT_FDCWD, final_.c_str(), RENAME_NOREPLACE) == 0) {
+      committed_ = true;
+      return;
+    }
+    if (errno == EEXIST)
+      throw Error(final_, {}, std::nullopt, "output file exists; use --force to replace it",
+                  Error::Kind::kUsage);
+    if (errno != EINVAL && errno != ENOSYS)
+      fail(fmt::format("cannot rename '{}' to the output path", temp_), errno);
+  }
   if (::rename(temp_.c_str(), final_.c_str()) != 0)
     fail(fmt::format("cannot rename '{}' to the output path", temp_), errno);
   committed_ = true;

@@ -431,7 +431,7 @@ WriteResult write_impl(const Plan& plan, const std::string& path, const WriteOpt
       }
       result.verified = true;
     }
-    for (auto& out : outs) out->commit();
+    for (auto& out : outs) out->commit(o.force);
     detail::sync_parent_directory(path);
   } catch (...) {
     for (auto& out : outs) out->remove();

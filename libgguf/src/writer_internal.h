@@ -80,8 +80,9 @@ class OutputFile {
   uint64_t copy_range(int src_fd, const std::string& src_name, uint64_t src_offset, uint64_t n);
   // fsync and close; the file keeps its temp name.
   void finish();
-  // Renames the temp file over the final path.
-  void commit();
+  // Renames the temp file to the final path; replaces an existing file only when replace
+  // (where the file system supports RENAME_NOREPLACE).
+  void commit(bool replace);
   // Removes what this object created: the temp file, or the final file after commit().
   void remove() noexcept;
 
