@@ -82,14 +82,7 @@ InspectReport inspect(const Model& model, const InspectOptions& options) {
     r.file_sizes.push_back(s->file_size());
     r.file_bytes += s->file_size();
   }
-  std::vector<size_t> indices;
-  if (options.selector.empty()) {
-    for (size_t i = 0; i < model.tensors().size(); ++i) indices.push_back(i);
-  } else {
-    std::vector<std::string> names;
-    for (const auto& t : model.tensors()) names.push_back(t.name());
-    indices = select_tensors(options.selector, names, r.architecture, model.path());
-  }
+  const std::vector<size_t> indices = select_in(model, options.selector);
   for (size_t i : indices) {
     const TensorRef& t = model.tensors()[i];
     r.tensors.push_back(row(*t.file, t.shard, *t.info, r.architecture));

@@ -129,4 +129,17 @@ uint64_t Model::total_bytes() const {
   return s;
 }
 
+std::vector<size_t> select_in(const Model& model, const Selector& selector) {
+  std::vector<size_t> all(model.tensors().size());
+  for (size_t i = 0; i < all.size(); ++i) all[i] = i;
+  if (selector.empty()) return all;
+  std::vector<std::string> names;
+  std::vector<int> dims;
+  for (const auto& t : model.tensors()) {
+    names.push_back(t.name());
+    dims.push_back(static_cast<int>(t.info->shape.size()));
+  }
+  return select_tensors(selector, names, dims, model.architecture(), model.path());
+}
+
 }  // namespace gguf

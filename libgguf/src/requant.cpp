@@ -73,13 +73,8 @@ RequantResult requant(const Model& model, const RequantOptions& o) {
   const TypeTraits& target = traits(o.type);
   if (!can_encode(o.type))
     usage_error(fmt::format("--type {}: no encoder for this type yet", target.name));
-  std::vector<bool> selected(model.tensors().size(), true);
-  if (!o.selector.empty()) {
-    std::vector<std::string> names;
-    for (const auto& t : model.tensors()) names.push_back(t.name());
-    std::fill(selected.begin(), selected.end(), false);
-    for (size_t i : select_tensors(o.selector, names, arch, model.path())) selected[i] = true;
-  }
+  std::vector<bool> selected(model.tensors().size(), false);
+  for (size_t i : select_in(model, o.selector)) selected[i] = true;
   r.inputs = model.paths();
   r.bytes_before = model.total_bytes();
   r.plan.metadata = Metadata();

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "gguf/file.h"
+#include "gguf/select.h"
 
 namespace gguf {
 
@@ -52,5 +53,9 @@ class Model {
   std::vector<TensorRef> tensors_;
   std::unordered_map<std::string, size_t> index_;
 };
+
+// Indices into model.tensors() that the selector picks (all when it is empty); roles are
+// classified with each tensor's dimension count. Errors as select_tensors().
+std::vector<size_t> select_in(const Model& model, const Selector& selector);
 
 }  // namespace gguf

@@ -1,0 +1,283 @@
+// gguf-requant: plans, importance matrices, thread independence, and the binary.
+#include "gguf/requant.h"
+
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+#include <xxhash.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "cli_run.h"
+#include "gguf/codecs.h"
+#include "gguf/hash.h"
+#include "gguf/imatrix.h"
+#include "gguf/synth.h"
+#include "gguf/writer.h"
+
+namespace gguf {
+namespace {
+
+using testing::run_cli;
+using testing::TempDir;
+
+std::string write_f16_model(const TempDir& dir, const std::string& name = "in.gguf") {
+  MoeSpec s;
+  s.n_layers = 3;
+  s.n_experts = 4;
+  s.vocab = 256;
+  return write_plan(synth_moe_plan(uniform_types(s, GgmlType::F16)), dir.file(name), {})
+      .paths.front();
+}
+
+std::vector<float> decode_all(const TensorRef& t) {
+  std::vector<float> out(t.info->n_elements);
+  dequantize(static_cast<GgmlType>(t.info->type_id), t.data(), out);
+  return out;
+}
+
+// Encodes a tensor independently of the plan machinery: matrix by matrix, with weights.
+std::vector<uint8_t> encode_reference(const TensorRef& t, GgmlType type,
+                                      const std::function<std::vector<float>(int64_t)>& imp) {
+  const auto floats = decode_all(t);
+  const int64_t ne0 = t.info->shape[0], ne1 = t.info->shape[1];
+  const int64_t n_mat = static_cast<int64_t>(t.info->n_elements) / (ne0 * ne1);
+  const uint64_t rb = *row_bytes(type, ne0);
+  std::vector<uint8_t> out(rb * ne1 * n_mat);
+  for (int64_t m = 0; m < n_mat; ++m) {
+    const auto w = imp ? imp(m) : std::vector<float>();
+    quantize(type, std::span(floats).subspan(m * ne0 * ne1, ne0 * ne1), ne1, ne0, w,
+             std::span(out).subspan(m * ne1 * rb, ne1 * rb));
+  }
+  return out;
+}
+
+TEST(requant, encodes_quantizable_tensors_and_copies_the_rest) {
+  TempDir dir;
+  const Model in = Model::open(write_f16_model(dir));
+  RequantOptions o;
+  o.type = GgmlType::Q8_0;
+  const auto r = requant(in, o);
+  const auto w = write_plan(r.plan, dir.file("out.gguf"), {});
+  const Model out = Model::open(w.paths.front());
+  ASSERT_EQ(out.tensors().size(), in.tensors().size());
+  for (size_t i = 0; i < in.tensors().size(); ++i) {
+    const TensorRef& a = in.tensors()[i];
+    const TensorRef& b = out.tensors()[i];
+    SCOPED_TRACE(a.name());
+    ASSERT_EQ(a.name(), b.name());
+    if (is_quantizable(*a.info, "deepseek2")) {
+      EXPECT_EQ(r.rows[i].action, "encode");
+      EXPECT_EQ(b.info->type_id, static_cast<uint32_t>(GgmlType::Q8_0));
+      const auto ref = encode_reference(a, GgmlType::Q8_0, {});
+      ASSERT_EQ(ref.size(), b.data().size());
+      EXPECT_EQ(0, std::memcmp(ref.data(), b.data().data(), ref.size()));
+    } else {
+      EXPECT_EQ(r.rows[i].action, "copy");
+      EXPECT_EQ(xxh3(a.data()), xxh3(b.data()));
+      EXPECT_EQ(a.info->type_id, b.info->type_id);
+    }
+  }
+  EXPECT_EQ(out.metadata().get_uint("general.file_type"), 7u);  // LLAMA_FTYPE_MOSTLY_Q8_0
+  EXPECT_EQ(out.metadata().get_uint("general.quantization_version"), 2u);
+}
+
+TEST(requant, router_norms_and_1d_tensors_are_never_encoded) {
+  TempDir dir;
+  const Model in = Model::open(write_f16_model(dir));
+  const auto r = requant(in, {GgmlType::Q4_K, {}, nullptr, 1});
+  for (const auto& row : r.rows) {
+    if (row.name.find("ffn_gate_inp") != std::string::npos ||
+        row.name.find("norm") != std::string::npos ||
+        row.name.find("exp_probs_b") != std::string::npos)
+      EXPECT_EQ(row.action, "copy") << row.name;
+  }
+}
+
+TEST(requant, output_does_not_depend_on_thread_count) {
+  TempDir dir;
+  const Model in = Model::open(write_f16_model(dir));
+  std::vector<uint64_t> hashes[2];
+  for (unsigned threads : {1u, 2u}) {
+    RequantOptions o{GgmlType::Q4_K, {}, nullptr, threads};
+    const auto w = write_plan(requant(in, o).plan, dir.file(fmt::format("o{}.gguf", threads)), {});
+    hashes[threads - 1] = hash_tensors(Model::open(w.paths.front()), {});
+  }
+  EXPECT_EQ(hashes[0], hashes[1]);
+}
+
+TEST(requant, selectors_restrict_what_is_encoded) {
+  TempDir dir;
+  const Model in = Model::open(write_f16_model(dir));
+  RequantOptions o{GgmlType::Q4_K, parse_selector({"2"}, {"routed-down"}, {}), nullptr, 1};
+  const auto r = requant(in, o);
+  size_t encoded = 0;
+  for (const auto& row : r.rows)
+    if (row.action != "copy") {
+      ++encoded;
+      EXPECT_EQ(row.name, "blk.2.ffn_down_exps.weight");
+    }
+  EXPECT_EQ(encoded, 1u);
+}
+
+TEST(requant, row_length_not_fitting_the_block_is_an_error_naming_the_tensor) {
+  TempDir dir;
+  Plan p;
+  p.metadata.set("general.architecture", Value::string("llama"));
+  auto data = std::make_shared<std::vector<uint8_t>>(96 * 4 * 4, 0);
+  p.tensors.push_back({"blk.0.attn_q.weight", 0, {96, 4}, data->size(), MemoryBytes{data}});
+  const Model in = Model::open(write_plan(p, dir.file("odd.gguf"), {}).paths.front());
+  try {
+    requant(in, {GgmlType::Q4_K, {}, nullptr, 1});
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()),
+              dir.file("odd.gguf") +
+                  ": tensor 'blk.0.attn_q.weight': at byte 69: row length 96 is not a multiple "
+                  "of the q4_K block size 256");
+  }
+}
+
+// Writes a legacy llama.cpp imatrix .dat with the given entries (values stored as sums).
+void write_legacy_imatrix(const std::string& path,
+                          const std::vector<std::pair<std::string, std::vector<float>>>& entries,
+                          int32_t ncall) {
+  std::ofstream f(path, std::ios::binary);
+  const auto i32 = [&](int32_t v) { f.write(reinterpret_cast<const char*>(&v), 4); };
+  i32(static_cast<int32_t>(entries.size()));
+  for (const auto& [name, values] : entries) {
+    i32(static_cast<int32_t>(name.size()));
+    f.write(name.data(), static_cast<std::streamsize>(name.size()));
+    i32(ncall);
+    i32(static_cast<int32_t>(values.size()));
+    for (float v : values) {
+      const float sum = v * static_cast<float>(ncall);
+      f.write(reinterpret_cast<const char*>(&sum), 4);
+    }
+  }
+  i32(100);
+  const std::string ds = "calibration.txt";
+  i32(static_cast<int32_t>(ds.size()));
+  f.write(ds.data(), static_cast<std::streamsize>(ds.size()));
+}
+
+std::vector<float> ramp(size_t n, float base) {
+  std::vector<float> v(n);
+  for (size_t i = 0; i < n; ++i) v[i] = base + static_cast<float>(i % 37) * 0.25f;
+  return v;
+}
+
+TEST(requant, legacy_imatrix_weights_each_expert_with_its_slice) {
+  TempDir dir;
+  const Model in = Model::open(write_f16_model(dir));
+  const std::string name = "blk.1.ffn_up_exps.weight";
+  const TensorRef* t = in.find(name);
+  ASSERT_NE(t, nullptr);
+  const int64_t ne0 = t->info->shape[0], n_exp = t->info->shape[2];
+  const auto values = ramp(static_cast<size_t>(ne0 * n_exp), 0.5f);
+  write_legacy_imatrix(dir.file("imatrix.dat"), {{name, values}}, 4);
+  const Imatrix im = Imatrix::load(dir.file("imatrix.dat"));
+  EXPECT_EQ(im.datasets(), std::vector<std::string>{"calibration.txt"});
+  EXPECT_EQ(im.chunk_count(), 100);
+  RequantOptions o{GgmlType::Q4_K, parse_selector({}, {}, {name}), &im, 1};
+  const auto r = requant(in, o);
+  const auto w = write_plan(r.plan, dir.file("out.gguf"), {});
+  const Model out = Model::open(w.paths.front());
+  const auto expect = encode_reference(*t, GgmlType::Q4_K, [&](int64_t m) {
+    return std::vector<float>(values.begin() + m * ne0, values.begin() + (m + 1) * ne0);
+  });
+  const auto got = out.find(name)->data();
+  ASSERT_EQ(expect.size(), got.size());
+  EXPECT_EQ(0, std::memcmp(expect.data(), got.data(), got.size()));
+  // Without the matrix the bytes differ: the weights were really used.
+  const auto plain = encode_reference(*t, GgmlType::Q4_K, {});
+  EXPECT_NE(0, std::memcmp(plain.data(), got.data(), got.size()));
+  EXPECT_EQ(out.metadata().get_string("quantize.imatrix.file"), dir.file("imatrix.dat"));
+  EXPECT_EQ(out.metadata().get_string("quantize.imatrix.dataset"), "calibration.txt");
+}
+
+TEST(requant, gguf_imatrix_divides_by_counts_and_unused_experts_weigh_one) {
+  TempDir dir;
+  const int64_t ne0 = 256, n_mat = 3;
+  std::vector<float> sums(ne0 * n_mat), counts = {2.0f, 0.0f, 4.0f};
+  for (int64_t i = 0; i < ne0 * n_mat; ++i) sums[i] = static_cast<float>(i % 11) + 1.0f;
+  Plan p;
+  p.metadata.set("general.type", Value::string("imatrix"));
+  p.metadata.set("imatrix.datasets", Value::string_array({"wiki.txt"}));
+  p.metadata.set("imatrix.chunk_count", Value::u32(7));
+  const auto bytes = [](const std::vector<float>& v) {
+    auto b = std::make_shared<std::vector<uint8_t>>(v.size() * 4);
+    std::memcpy(b->data(), v.data(), b->size());
+    return b;
+  };
+  p.tensors.push_back({"blk.0.ffn_up_exps.weight.in_sum2",
+                       0,
+                       {ne0, n_mat},
+                       sums.size() * 4,
+                       MemoryBytes{bytes(sums)}});
+  p.tensors.push_back(
+      {"blk.0.ffn_up_exps.weight.counts", 0, {1, n_mat}, 12, MemoryBytes{bytes(counts)}});
+  write_plan(p, dir.file("im.gguf"), {});
+  const Imatrix im = Imatrix::load(dir.file("im.gguf"));
+  EXPECT_EQ(im.datasets(), std::vector<std::string>{"wiki.txt"});
+  const auto w0 = im.weights("blk.0.ffn_up_exps.weight", ne0, n_mat, 0);
+  const auto w1 = im.weights("blk.0.ffn_up_exps.weight", ne0, n_mat, 1);
+  const auto w2 = im.weights("blk.0.ffn_up_exps.weight", ne0, n_mat, 2);
+  EXPECT_EQ(w0[5], sums[5] / 2.0f);
+  EXPECT_EQ(w1[5], 1.0f);
+  EXPECT_EQ(w2[5], sums[2 * ne0 + 5] / 4.0f);
+  try {
+    im.weights("blk.0.ffn_up_exps.weight", 512, 3, 0);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()),
+              dir.file("im.gguf") +
+                  ": tensor 'blk.0.ffn_up_exps.weight': importance entry has 768 values; "
+                  "expected 512 (columns) or 1536 (3 experts x 512 columns)");
+  }
+}
+
+TEST(requant, truncated_legacy_imatrix_is_refused) {
+  TempDir dir;
+  write_legacy_imatrix(dir.file("im.dat"), {{"blk.0.attn_q.weight", ramp(256, 1.0f)}}, 1);
+  std::filesystem::resize_file(dir.file("im.dat"), 40);
+  try {
+    Imatrix::load(dir.file("im.dat"));
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()),
+              dir.file("im.dat") +
+                  ": tensor 'blk.0.attn_q.weight': at byte 35: values of 1024 bytes runs past "
+                  "end of file (5 left)");
+  }
+}
+
+TEST(requant, cli_reports_json_and_usage_errors) {
+  TempDir dir;
+  const std::string in = write_f16_model(dir);
+  auto res = run_cli("gguf-requant", {in, "-o", dir.file("o.gguf"), "--type", "Q8_0", "--json"});
+  ASSERT_EQ(res.code, 0) << res.err;
+  const auto j = nlohmann::json::parse(res.out);
+  EXPECT_EQ(j["output"], dir.file("o.gguf"));
+  EXPECT_TRUE(j["verified"].get<bool>());
+  for (const char* k :
+       {"name", "source", "type_before", "type_after", "bytes_before", "bytes_after", "action"})
+    EXPECT_TRUE(j["tensors"][0].contains(k)) << k;
+  EXPECT_EQ(j["bytes_after"], std::filesystem::file_size(dir.file("o.gguf")));
+  res = run_cli("gguf-requant", {in, "-o", dir.file("o.gguf"), "--type", "q8_0"});
+  EXPECT_EQ(res.code, 2);
+  EXPECT_NE(res.err.find("--force"), std::string::npos) << res.err;
+  res = run_cli("gguf-requant", {in, "-o", dir.file("x.gguf"), "--type", "q9_9"});
+  EXPECT_EQ(res.code, 2);
+  EXPECT_EQ(res.err,
+            "gguf-requant: error: --type: unknown type 'q9_9'\n"
+            "Try 'gguf-requant --help' for more information.\n");
+  res = run_cli("gguf-requant", {in, "-o", in, "--type", "q8_0", "--force"});
+  EXPECT_EQ(res.code, 2);
+  EXPECT_FALSE(res.err.empty());
+}
+
+}  // namespace
+}  // namespace gguf
