@@ -1,33 +1,501 @@
-// Interim check (layout and names only); the full check with data scanning replaces it.
+// check_model: what ggml's gguf reader and llama.cpp's loader demand of a file beyond what the
+// lenient reader enforces, plus a streaming scan of tensor data for NaN/Inf values and scales.
 #include "gguf/check.h"
 
 #include <fmt/format.h>
+#include <tbb/blocked_range.h>
+#include <tbb/parallel_for.h>
+#include <tbb/task_arena.h>
+
+#include <algorithm>
+#include <bit>
+#include <cstring>
+#include <map>
+#include <numeric>
+#include <unordered_set>
+
+#include "gguf/escape.h"
+#include "gguf/names.h"
 
 namespace gguf {
 
-std::vector<Problem> check_model(const Model& model, const CheckOptions&) {
-  std::vector<Problem> out;
-  for (const auto& shard : model.shards()) {
-    const GgufFile& f = *shard;
-    uint64_t expect = 0;
-    for (const auto& t : f.tensors()) {
-      if (t.name.size() > kMaxNameBytes)
-        out.push_back({f.path(), tensor_object(t.name), t.info_offset,
-                       fmt::format("name is {} bytes; llama.cpp allows at most {}", t.name.size(),
-                                   kMaxNameBytes)});
-      if (!t.bytes) {
-        out.push_back({f.path(), tensor_object(t.name), t.info_offset,
-                       fmt::format("type {} cannot be sized", type_name(t.type_id))});
-        continue;
-      }
-      if (t.offset != expect)
-        out.push_back(
-            {f.path(), tensor_object(t.name), t.info_offset,
-             fmt::format("data offset {} is not canonical (expected {})", t.offset, expect)});
-      expect = (t.offset + *t.bytes + f.alignment() - 1) / f.alignment() * f.alignment();
+std::string format_problem(const Problem& p) {
+  std::string out;
+  if (!p.path.empty()) out += fmt::format("{}: ", escape_for_terminal(p.path));
+  if (!p.object.empty()) out += fmt::format("{}: ", p.object);
+  if (p.offset) out += fmt::format("at byte {}: ", *p.offset);
+  return out + p.message;
+}
+
+namespace {
+
+constexpr uint64_t kGgmlTensorAlignment = 32;  // TENSOR_ALIGNMENT of ggml's CPU backend
+constexpr const char* kLayoutRule =
+    "ggml requires each tensor's data to follow the previous one's in header order, padded to "
+    "the alignment";
+constexpr const char* kQuantVersion = "general.quantization_version";
+
+uint64_t pad(uint64_t x, uint64_t a) { return (x + a - 1) / a * a; }
+
+const char* plural(uint64_t n, const char* one, const char* many) { return n == 1 ? one : many; }
+
+// ---- data scanning ----
+
+// How a type's payload can hold a non-finite number.
+enum class Scan { kNone, kF32, kF16, kBF16, kF64, kHalfScales, kQ8K, kIQ1M };
+
+struct ScaleField {
+  uint16_t at;  // byte offset inside the block
+  const char* name;
+};
+
+struct ScanLayout {
+  Scan scan = Scan::kNone;
+  ScaleField fields[2] = {};
+  int n_fields = 0;
+};
+
+// Byte offsets of the fp16 scales inside each block (ggml-common.h block layouts). mxfp4's E8M0
+// and nvfp4's UE4M3 scales decode to finite values for every byte, so they are not listed.
+ScanLayout scan_layout(uint32_t type) {
+  using T = GgmlType;
+  const auto half = [](ScaleField a) { return ScanLayout{Scan::kHalfScales, {a, {}}, 1}; };
+  const auto halves = [](ScaleField a, ScaleField b) {
+    return ScanLayout{Scan::kHalfScales, {a, b}, 2};
+  };
+  switch (static_cast<T>(type)) {
+    case T::F32:
+      return {Scan::kF32};
+    case T::F16:
+      return {Scan::kF16};
+    case T::BF16:
+      return {Scan::kBF16};
+    case T::F64:
+      return {Scan::kF64};
+    case T::Q4_1:
+    case T::Q5_1:
+      return halves({0, "d"}, {2, "m"});
+    case T::Q8_1:
+      return halves({0, "d"}, {2, "s"});
+    case T::Q4_K:
+    case T::Q5_K:
+      return halves({0, "d"}, {2, "dmin"});
+    case T::Q2_K:
+      return halves({80, "d"}, {82, "dmin"});
+    case T::Q3_K:
+      return half({108, "d"});
+    case T::Q6_K:
+      return half({208, "d"});
+    case T::TQ1_0:
+      return half({52, "d"});
+    case T::TQ2_0:
+      return half({64, "d"});
+    case T::Q4_0:
+    case T::Q5_0:
+    case T::Q8_0:
+    case T::IQ2_XXS:
+    case T::IQ2_XS:
+    case T::IQ2_S:
+    case T::IQ3_XXS:
+    case T::IQ3_S:
+    case T::IQ1_S:
+    case T::IQ4_NL:
+    case T::IQ4_XS:
+    case T::Q1_0:
+    case T::Q2_0:
+      return half({0, "d"});
+    case T::Q8_K:
+      return {Scan::kQ8K, {{0, "d"}, {}}, 1};
+    case T::IQ1_M:
+      return {Scan::kIQ1M, {{48, "scale"}, {}}, 1};
+    default:
+      return {};
+  }
+}
+
+template <class W>
+W load(const uint8_t* p) {
+  W w;
+  std::memcpy(&w, p, sizeof(W));
+  return w;
+}
+
+// iq1_m keeps its fp16 block scale in the top nibbles of the four u16 words at byte 48.
+uint16_t iq1m_scale(const uint8_t* block) {
+  const auto s = [&](int i) { return load<uint16_t>(block + 48 + 2 * i); };
+  return static_cast<uint16_t>((s(0) >> 12) | ((s(1) >> 8) & 0x00F0) | ((s(2) >> 4) & 0x0F00) |
+                               (s(3) & 0xF000));
+}
+
+// Finds non-finite numbers in [p, p + n units): counts them, remembers the first.
+struct Hits {
+  uint64_t count = 0;
+  uint64_t first = UINT64_MAX;  // unit index inside the tensor
+  int field = 0;
+  uint64_t bits = 0;  // the offending number's bits
+};
+
+template <class W>
+void scan_floats(const uint8_t* p, uint64_t n, uint64_t base, W exp_mask, Hits& h) {
+  uint64_t c = 0;
+  for (uint64_t i = 0; i < n; ++i) c += (load<W>(p + i * sizeof(W)) & exp_mask) == exp_mask;
+  if (c == 0) return;
+  h.count = c;
+  for (uint64_t i = 0; i < n; ++i) {
+    const W w = load<W>(p + i * sizeof(W));
+    if ((w & exp_mask) == exp_mask) {
+      h.first = base + i;
+      h.bits = w;
+      return;
     }
   }
-  return out;
+}
+
+void scan_blocks(const ScanLayout& l, const uint8_t* p, uint64_t n, uint64_t block_bytes,
+                 uint64_t base, Hits& h) {
+  for (uint64_t b = 0; b < n; ++b) {
+    const uint8_t* blk = p + b * block_bytes;
+    for (int k = 0; k < l.n_fields; ++k) {
+      uint64_t bits;
+      bool bad;
+      if (l.scan == Scan::kQ8K) {
+        bits = load<uint32_t>(blk);
+        bad = (bits & 0x7F800000u) == 0x7F800000u;
+      } else {
+        bits = l.scan == Scan::kIQ1M ? iq1m_scale(blk) : load<uint16_t>(blk + l.fields[k].at);
+        bad = (bits & 0x7C00u) == 0x7C00u;
+      }
+      if (!bad) continue;
+      if (h.count++ == 0) h.first = base + b, h.field = k, h.bits = bits;
+      break;  // count blocks, not fields
+    }
+  }
+}
+
+// "nan", "inf" or "-inf" from the bits of a float with the given exponent/mantissa widths.
+std::string name_nonfinite(uint64_t bits, int mantissa_bits, int total_bits) {
+  if (bits & ((uint64_t{1} << mantissa_bits) - 1)) return "nan";
+  return (bits >> (total_bits - 1)) & 1 ? "-inf" : "inf";
+}
+
+struct Chunk {
+  size_t tensor;  // index into Model::tensors()
+  uint64_t first_unit, n_units;
+};
+
+class Checker {
+ public:
+  Checker(const Model& m, const CheckOptions& o) : model_(m), options_(o) {}
+
+  std::vector<Problem> run() {
+    for (const auto& shard : model_.shards()) check_shard(*shard);
+    check_quantization_version();
+    check_expert_types();
+    if (options_.scan_data) scan_data();
+    return std::move(out_);
+  }
+
+ private:
+  const Model& model_;
+  const CheckOptions& options_;
+  std::vector<Problem> out_;
+  std::unordered_set<const TensorInfo*> scannable_;  // tensors whose data lies in their file
+
+  void add(const GgufFile& f, std::string object, std::optional<uint64_t> at, std::string msg,
+           const char* severity = "error") {
+    out_.push_back({f.path(), std::move(object), at, std::move(msg), severity});
+  }
+
+  void check_shard(const GgufFile& f) {
+    for (const KeyValue& kv : f.metadata().entries())
+      if (const size_t nul = kv.key.find('\0'); nul != std::string::npos)
+        add(f, key_object(kv.key), kv.offset,
+            fmt::format("key contains a NUL byte; ggml's lookups by name see it as '{}'",
+                        escape_for_terminal(kv.key.substr(0, nul))),
+            "warning");
+    check_alignment(f);
+    bool layout_known = true;
+    for (const TensorInfo& t : f.tensors()) layout_known &= check_tensor(f, t);
+    if (layout_known) check_layout(f);
+  }
+
+  void check_alignment(const GgufFile& f) {
+    const KeyValue* kv = nullptr;
+    for (const KeyValue& e : f.metadata().entries())
+      if (e.key == "general.alignment") kv = &e;
+    if (!kv) return;
+    const std::string obj = key_object(kv->key);
+    if (kv->value.type() != ValueType::kU32)
+      return add(f, obj, kv->offset,
+                 fmt::format("general.alignment must be u32, found {}",
+                             value_type_name(kv->value.type())));
+    const uint64_t a = *kv->value.as_uint();
+    if (a == 0 || !std::has_single_bit(a))
+      return add(f, obj, kv->offset,
+                 fmt::format("general.alignment must be a non-zero power of two, found {}", a));
+    if (a >= kGgmlTensorAlignment) return;
+    for (const TensorInfo& t : f.tensors()) {
+      if (f.data_start(t) % kGgmlTensorAlignment == 0) continue;
+      return add(f, obj, kv->offset,
+                 fmt::format("general.alignment {} lets tensor data start off a 32-byte boundary "
+                             "('{}' at byte {}); ggml's CPU backend asserts 32-byte alignment "
+                             "when llama.cpp memory-maps the file",
+                             a, escape_for_terminal(t.name), f.data_start(t)),
+                 "warning");
+    }
+  }
+
+  // Returns false when the tensor's data range is unknown or outside the file.
+  bool check_tensor(const GgufFile& f, const TensorInfo& t) {
+    const std::string obj = tensor_object(t.name);
+    if (t.name.size() > kMaxNameBytes)
+      add(f, obj, t.info_offset,
+          fmt::format("name is {} bytes; ggml requires fewer than {}", t.name.size(),
+                      kMaxNameBytes + 1));
+    if (const size_t nul = t.name.find('\0'); nul != std::string::npos)
+      add(f, obj, t.info_offset,
+          fmt::format("name contains a NUL byte at position {}; ggml would read it as '{}'", nul,
+                      escape_for_terminal(t.name.substr(0, nul))));
+    if (t.shape.size() > kMaxDims)
+      add(f, obj, t.info_offset,
+          fmt::format("n_dims {} exceeds ggml's maximum of {}", t.shape.size(), kMaxDims));
+    const TypeTraits* tr = find_type(t.type_id);
+    if (!tr)
+      add(f, obj, t.info_offset,
+          fmt::format("unknown type id {}; ggml refuses ids outside 0-{}", t.type_id,
+                      kTypeCount - 1));
+    else if (tr->removed)
+      add(f, obj, t.info_offset,
+          fmt::format("type id {} ({}) was removed from ggml, which refuses it", t.type_id,
+                      tr->name));
+    if (!t.bytes) return false;
+    // The reader refuses the next two; a partially parsed file may still carry them.
+    if (t.offset % f.alignment() != 0) {
+      add(f, obj, t.info_offset,
+          fmt::format("data offset {} is not a multiple of the alignment {}", t.offset,
+                      f.alignment()));
+      return false;
+    }
+    const uint64_t size = f.file_size();
+    const uint64_t start = f.data_offset() + t.offset;
+    if (t.offset > size || f.data_offset() > size - t.offset || *t.bytes > size - start) {
+      add(f, obj, t.info_offset,
+          fmt::format("data runs past end of file (needs {} bytes at offset {}, file has {})",
+                      *t.bytes, t.offset, size));
+      return false;
+    }
+    scannable_.insert(&t);
+    return true;
+  }
+
+  // ggml's rule is "offset == running sum of padded sizes in header order"; rather than report
+  // the first mismatch and every later one, name the facts behind it: overlapping data, data
+  // out of header order, and unused bytes. None of the three holds exactly when the rule does.
+  void check_layout(const GgufFile& f) {
+    const auto& ts = f.tensors();
+    const uint64_t a = f.alignment();
+    const auto end = [&](size_t i) { return ts[i].offset + *ts[i].bytes; };
+    const auto desc = [&](size_t i) {
+      return fmt::format("tensor '{}' (offset {}, {} bytes)", escape_for_terminal(ts[i].name),
+                         ts[i].offset, *ts[i].bytes);
+    };
+    std::vector<size_t> by_offset(ts.size());
+    std::iota(by_offset.begin(), by_offset.end(), size_t{0});
+    std::stable_sort(by_offset.begin(), by_offset.end(),
+                     [&](size_t x, size_t y) { return ts[x].offset < ts[y].offset; });
+
+    // Overlaps, reported on the tensor that comes later in the header.
+    std::vector<std::string> overlap(ts.size());
+    size_t owner = SIZE_MAX;  // the tensor reaching furthest so far
+    for (size_t i : by_offset) {
+      if (*ts[i].bytes == 0) continue;
+      if (owner != SIZE_MAX && ts[i].offset < end(owner)) {
+        const size_t later = std::max(i, owner), earlier = std::min(i, owner);
+        const bool same = ts[i].offset == ts[owner].offset && end(i) == end(owner);
+        overlap[later] =
+            fmt::format("{} {}", same ? "shares its data with" : "data overlaps", desc(earlier));
+      }
+      if (owner == SIZE_MAX || end(i) > end(owner)) owner = i;
+    }
+    std::vector<std::string> found(ts.size());
+    for (size_t i = 0; i < ts.size(); ++i) {
+      if (!overlap[i].empty()) {
+        found[i] = overlap[i];
+      } else if (i > 0 && ts[i].offset < pad(end(i - 1), a)) {
+        found[i] = fmt::format("data at offset {} starts before the end of the previous {}",
+                               ts[i].offset, desc(i - 1));
+      }
+    }
+    // Unused bytes: the data section must be covered without holes up to the last tensor.
+    uint64_t covered = 0;
+    for (size_t i : by_offset) {
+      if (ts[i].offset > covered && found[i].empty())
+        found[i] = covered == 0 ? fmt::format(
+                                      "{} unused bytes at the start of the data section before "
+                                      "this tensor's data (offset {})",
+                                      ts[i].offset, ts[i].offset)
+                                : fmt::format(
+                                      "{} unused bytes before this tensor's data (offset {}; the "
+                                      "data before it ends at {} after padding)",
+                                      ts[i].offset - covered, ts[i].offset, covered);
+      covered = std::max(covered, pad(end(i), a));
+    }
+    for (size_t i = 0; i < ts.size(); ++i)
+      if (!found[i].empty())
+        add(f, tensor_object(ts[i].name), f.data_start(ts[i]),
+            fmt::format("{}; {}", found[i], kLayoutRule));
+  }
+
+  void check_quantization_version() {
+    const TensorRef* quantized = nullptr;
+    for (const TensorRef& t : model_.tensors()) {
+      const TypeTraits* tr = sized_type(t.info->type_id);
+      if (tr && tr->quantized) {
+        quantized = &t;
+        break;
+      }
+    }
+    const GgufFile& f = model_.first();
+    const KeyValue* kv = nullptr;
+    for (const KeyValue& e : f.metadata().entries())
+      if (e.key == kQuantVersion) kv = &e;
+    if (!kv) {
+      if (quantized)
+        add(f, key_object(kQuantVersion), std::nullopt,
+            fmt::format("missing, but tensor '{}' is quantized ({}); llama.cpp expects "
+                        "general.quantization_version (u32, currently 2) then",
+                        escape_for_terminal(quantized->name()),
+                        type_name(quantized->info->type_id)));
+      return;
+    }
+    if (kv->value.type() != ValueType::kU32)
+      return add(f, key_object(kQuantVersion), kv->offset,
+                 fmt::format("general.quantization_version must be u32, found {}",
+                             value_type_name(kv->value.type())));
+    if (const uint64_t v = *kv->value.as_uint(); v != 2)
+      add(f, key_object(kQuantVersion), kv->offset,
+          fmt::format("general.quantization_version is {}; ggml's quantized formats are at "
+                      "version 2",
+                      v),
+          "warning");
+  }
+
+  // ds4 quantizes the routed gate and up experts of a layer to one type and its kernels rely
+  // on it; a splice that mixes them loads in llama.cpp but not in ds4.
+  void check_expert_types() {
+    const std::string arch = model_.architecture();
+    std::map<int, const TensorRef*> first;
+    for (const TensorRef& t : model_.tensors()) {
+      const TensorName tn = classify_tensor(t.name(), arch, static_cast<int>(t.info->shape.size()));
+      if (tn.role != Role::kRoutedGate && tn.role != Role::kRoutedUp) continue;
+      if (!tn.layer || !(tn.suffix.empty() || tn.suffix == "weight")) continue;
+      const auto [it, fresh] = first.emplace(*tn.layer, &t);
+      if (fresh || it->second->info->type_id == t.info->type_id) continue;
+      add(*t.file, tensor_object(t.name()), t.info->info_offset,
+          fmt::format("type {} differs from {} of tensor '{}' in layer {}; ds4 requires the "
+                      "routed gate and up experts of a layer to share one type",
+                      type_name(t.info->type_id), type_name(it->second->info->type_id),
+                      escape_for_terminal(it->second->name()), *tn.layer),
+          "warning");
+    }
+  }
+
+  void scan_data() {
+    const auto& refs = model_.tensors();
+    std::vector<ScanLayout> layouts(refs.size());
+    std::vector<Chunk> chunks;
+    for (size_t i = 0; i < refs.size(); ++i) {
+      const TensorInfo& t = *refs[i].info;
+      if (!scannable_.count(&t) || *t.bytes == 0) continue;
+      layouts[i] = scan_layout(t.type_id);
+      if (layouts[i].scan == Scan::kNone) continue;
+      const uint64_t unit = t.type()->type_size;
+      const uint64_t units = *t.bytes / unit;
+      const uint64_t per_chunk = std::max<uint64_t>(1, options_.chunk_bytes / unit);
+      for (uint64_t u = 0; u < units; u += per_chunk)
+        chunks.push_back({i, u, std::min(per_chunk, units - u)});
+    }
+    std::vector<Hits> hits(chunks.size());
+    const auto work = [&](const tbb::blocked_range<size_t>& r) {
+      for (size_t c = r.begin(); c != r.end(); ++c) {
+        const Chunk& ch = chunks[c];
+        const TensorRef& ref = refs[ch.tensor];
+        const uint64_t unit = ref.info->type()->type_size;
+        const uint8_t* p = ref.file->source()
+                               .bytes(ref.data_start() + ch.first_unit * unit, ch.n_units * unit)
+                               .data();
+        const ScanLayout& l = layouts[ch.tensor];
+        Hits& h = hits[c];
+        switch (l.scan) {
+          case Scan::kF32:
+            scan_floats<uint32_t>(p, ch.n_units, ch.first_unit, 0x7F800000u, h);
+            break;
+          case Scan::kF16:
+            scan_floats<uint16_t>(p, ch.n_units, ch.first_unit, 0x7C00u, h);
+            break;
+          case Scan::kBF16:
+            scan_floats<uint16_t>(p, ch.n_units, ch.first_unit, 0x7F80u, h);
+            break;
+          case Scan::kF64:
+            scan_floats<uint64_t>(p, ch.n_units, ch.first_unit, 0x7FF0000000000000u, h);
+            break;
+          default:
+            scan_blocks(l, p, ch.n_units, unit, ch.first_unit, h);
+        }
+      }
+    };
+    tbb::task_arena arena(options_.threads ? static_cast<int>(options_.threads)
+                                           : tbb::task_arena::automatic);
+    arena.execute([&] { tbb::parallel_for(tbb::blocked_range<size_t>(0, chunks.size()), work); });
+
+    // Chunks of a tensor are contiguous and in order: the first hit is the first chunk's.
+    for (size_t c = 0; c < chunks.size();) {
+      const size_t i = chunks[c].tensor;
+      Hits total;
+      for (; c < chunks.size() && chunks[c].tensor == i; ++c) {
+        if (total.count == 0)
+          total = hits[c];
+        else
+          total.count += hits[c].count;
+      }
+      if (total.count) report_hits(refs[i], layouts[i], total);
+    }
+  }
+
+  void report_hits(const TensorRef& ref, const ScanLayout& l, const Hits& h) {
+    const uint64_t unit = ref.info->type()->type_size;
+    uint64_t at = ref.data_start() + h.first * unit;
+    std::string msg;
+    switch (l.scan) {
+      case Scan::kF32:
+      case Scan::kF16:
+      case Scan::kBF16:
+      case Scan::kF64: {
+        const int mant = l.scan == Scan::kF32    ? 23
+                         : l.scan == Scan::kF16  ? 10
+                         : l.scan == Scan::kBF16 ? 7
+                                                 : 52;
+        msg = fmt::format("{} non-finite {} (first: {} at element {})", h.count,
+                          plural(h.count, "value", "values"),
+                          name_nonfinite(h.bits, mant, static_cast<int>(unit * 8)), h.first);
+        break;
+      }
+      default: {
+        const bool f32 = l.scan == Scan::kQ8K;
+        at += l.fields[h.field].at;
+        msg = fmt::format("{} {} with a non-finite scale (first: block {}, {} = {})", h.count,
+                          plural(h.count, "block", "blocks"), h.first, l.fields[h.field].name,
+                          name_nonfinite(h.bits, f32 ? 23 : 10, f32 ? 32 : 16));
+      }
+    }
+    add(*ref.file, tensor_object(ref.name()), at, std::move(msg));
+  }
+};
+
+}  // namespace
+
+std::vector<Problem> check_model(const Model& model, const CheckOptions& options) {
+  return Checker(model, options).run();
 }
 
 }  // namespace gguf

@@ -1,5 +1,6 @@
-// Validation beyond what the lenient reader refuses: what llama.cpp's loader would refuse,
-// and what is suspicious in the data (NaN/Inf), as a list of problems.
+// Validation beyond what the lenient reader refuses: what llama.cpp's loader (ggml's gguf
+// reader) would refuse, and what is suspicious though loadable (NaN/Inf in float data and in
+// quant block scales, mixed gate/up expert types), as a list of problems.
 #pragma once
 
 #include <cstdint>
@@ -12,18 +13,27 @@
 namespace gguf {
 
 struct Problem {
-  std::string path;
-  std::string object;
-  std::optional<uint64_t> offset;
+  std::string path;                // the file (shard) concerned
+  std::string object;              // "tensor 'x'", "key 'k'" (escaped), or empty
+  std::optional<uint64_t> offset;  // absolute byte offset in path
   std::string message;
-  std::string severity = "error";  // "error" | "warning"
+  std::string severity = "error";  // "error": ggml/llama.cpp refuses it or computes garbage;
+                                   // "warning": loads, but is suspicious
 };
+
+// "path: object: at byte N: message", the way gguf::Error renders.
+std::string format_problem(const Problem& p);
 
 struct CheckOptions {
   bool scan_data = true;  // look for NaN/Inf in float data and quant block scales
-  unsigned threads = 0;
+  unsigned threads = 0;   // 0: all cores
+  // Tensors are scanned in pieces of about this many bytes, so one huge tensor still uses
+  // every core and memory stays bounded by the page cache.
+  uint64_t chunk_bytes = uint64_t{16} << 20;
 };
 
+// Problems in a stable order: per shard the alignment, then each tensor's name, type and
+// layout; then model-wide keys and expert types; then data problems in tensor order.
 std::vector<Problem> check_model(const Model& model, const CheckOptions& options = {});
 
 }  // namespace gguf
