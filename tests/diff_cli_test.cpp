@@ -1,6 +1,7 @@
 // gguf-diff, the binary: golden text and JSON, exit codes as diff(1), messages on bad input.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
@@ -321,6 +322,51 @@ TEST(diff_cli, manifest_written_by_gguf_inspect) {
   EXPECT_EQ(doc["summary"]["bytes"], 1);
   EXPECT_EQ(doc["summary"]["type"], 1);
   EXPECT_EQ(doc["metadata"][0]["key"], "general.name");
+}
+
+// A legacy llama.cpp imatrix (.dat), written here from the format: i32 entry count, then per
+// entry i32 name length, name, i32 ncall, i32 nval, nval f32 sums over ncall calls.
+void write_legacy_imatrix(const std::string& path, const std::string& tensor,
+                          const std::vector<float>& sums, int32_t ncall) {
+  std::ofstream out(path, std::ios::binary);
+  const auto i32 = [&](int32_t v) { out.write(reinterpret_cast<const char*>(&v), 4); };
+  i32(1);
+  i32(static_cast<int32_t>(tensor.size()));
+  out.write(tensor.data(), static_cast<std::streamsize>(tensor.size()));
+  i32(ncall);
+  i32(static_cast<int32_t>(sums.size()));
+  out.write(reinterpret_cast<const char*>(sums.data()),
+            static_cast<std::streamsize>(sums.size() * 4));
+}
+
+TEST(diff_cli, imatrix_and_reference) {
+  TempDir dir;
+  Fixture fa, fb;
+  const std::string name = "blk.1.ffn_up_exps.weight";  // [8, 4, 3]: 3 experts of 4 rows of 8
+  const auto base = floats_of(fa.tensor(name));
+  const auto x = perturbed(base, 0.03, 7);
+  fb.tensor(name).payload = f32_bytes(x);
+  const std::string a = fa.write(dir, "a.gguf"), b = fb.write(dir, "b.gguf");
+  std::vector<float> sums(24);
+  for (size_t i = 0; i < sums.size(); ++i) sums[i] = static_cast<float>(2 * (1 + i % 5));
+  write_legacy_imatrix(dir.file("im.dat"), name, sums, 2);  // means 1..5
+  double wd2 = 0, wb2 = 0;
+  for (size_t i = 0; i < base.size(); ++i) {
+    const double w = sums[(i / 32) * 8 + i % 8] / 2.0, d = double(x[i]) - base[i];
+    wd2 += w * d * d;
+    wb2 += w * double(base[i]) * base[i];
+  }
+  const CliResult r = run_cli("gguf-diff", {"--json", "--imatrix", dir.file("im.dat"),
+                                            "--reference", a, "--role", "routed", a, b});
+  ASSERT_EQ(r.code, 1) << r.err;
+  const auto doc = nlohmann::json::parse(r.out);
+  ASSERT_EQ(doc["tensors"].size(), 1u);
+  const auto& t = doc["tensors"][0];
+  EXPECT_NEAR(t["metrics"]["weighted_rel"].get<double>(), std::sqrt(wd2 / wb2), 1e-12);
+  EXPECT_EQ(t["reference"]["closer"], "a");
+  EXPECT_EQ(t["reference"]["a"]["rmse"], 0.0);
+  EXPECT_NEAR(t["reference"]["b"]["weighted_rel"].get<double>(), std::sqrt(wd2 / wb2), 1e-12);
+  EXPECT_EQ(doc["summary"]["by_layer"][0]["reference"]["closer_a"], 1);
 }
 
 TEST(diff_cli, help_lists_the_options) {

@@ -258,11 +258,10 @@ TEST(diff, importance_weights_columns_per_expert) {
   const auto x = perturbed(base, 0.02, 4);
   b.tensor("blk.1.ffn_up_exps.weight").payload = f32_bytes(x);
   b.tensor("blk.0.attn_q.weight").payload[0] ^= 0x40;
-  ImportanceMap im;
-  im.path = "im.dat";
   std::vector<float> w(3 * 8);  // 3 experts x ne0 = 8, expert-major
   for (size_t i = 0; i < w.size(); ++i) w[i] = 0.5f + static_cast<float>(i % 7) * (i < 8 ? 1 : 3);
-  im.weights["blk.1.ffn_up_exps.weight"] = w;
+  Imatrix im;
+  im.add("blk.1.ffn_up_exps.weight", {3, 8, w});
   std::vector<double> per_element(96);
   for (int e = 0; e < 3; ++e)
     for (int r = 0; r < 4; ++r)
@@ -278,19 +277,20 @@ TEST(diff, importance_weights_columns_per_expert) {
   EXPECT_FALSE(find(r, "blk.0.attn_q.weight").metrics->weighted);
 
   // One slice of ne0 weights is shared by all experts.
-  im.weights["blk.1.ffn_up_exps.weight"].resize(8);
+  im.add("blk.1.ffn_up_exps.weight", {1, 8, {w.begin(), w.begin() + 8}});
   for (size_t i = 0; i < 96; ++i) per_element[i] = w[i % 8];
-  const TensorDiff& shared = find(diff(a, b, o), "blk.1.ffn_up_exps.weight");
-  expect_metrics(*shared.metrics, expected(base, x, per_element), true);
+  const DiffReport shared = diff(a, b, o);
+  expect_metrics(*find(shared, "blk.1.ffn_up_exps.weight").metrics, expected(base, x, per_element),
+                 true);
 
-  im.weights["blk.1.ffn_up_exps.weight"].resize(5);
+  im.add("blk.1.ffn_up_exps.weight", {1, 5, {w.begin(), w.begin() + 5}});
   try {
     diff(a, b, o);
     FAIL() << "no error";
   } catch (const Error& e) {
     EXPECT_STREQ(e.what(),
-                 "im.dat: tensor 'blk.1.ffn_up_exps.weight': 5 importance weights do not fit the "
-                 "tensor: expected 8 (ne0) or 24 (3 slices of 8)");
+                 "tensor 'blk.1.ffn_up_exps.weight': importance entry has 5 values; expected 8 "
+                 "(columns) or 24 (3 experts x 8 columns)");
   }
 }
 

@@ -75,9 +75,9 @@ int run(int argc, char** argv) {
   std::optional<gguf::Model> reference;
   if (!reference_path.empty())
     options.reference = &reference.emplace(gguf::Model::open(reference_path));
-  std::optional<gguf::ImportanceMap> importance;
+  std::optional<gguf::Imatrix> importance;
   if (!imatrix_path.empty())
-    gguf::usage_error("--imatrix: no importance-matrix reader in this build yet");
+    options.importance = &importance.emplace(gguf::Imatrix::load(imatrix_path));
 
   gguf::cli::Progress progress(quiet ? "" : "comparing");
   if (!quiet) options.progress = progress.callback();

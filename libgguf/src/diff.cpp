@@ -21,11 +21,6 @@
 
 namespace gguf {
 
-const std::vector<float>* ImportanceMap::find(std::string_view name) const {
-  const auto it = weights.find(std::string(name));
-  return it == weights.end() ? nullptr : &it->second;
-}
-
 std::string_view change_name(MetadataChange c) {
   switch (c) {
     case MetadataChange::kAdded:
@@ -267,11 +262,15 @@ void measure(const Side& a, const Side& b, DiffReport& report, const DiffOptions
       t.note = *problem;
       continue;
     }
-    detail::ValueJob job{sa.ref, sb.ref, ref, ab, nullptr};
+    detail::ValueJob job{sa.ref, sb.ref, ref, ab, {}};
     if (o.importance) {
-      job.weights = o.importance->find(t.name);
-      if (job.weights)
-        detail::check_importance(*job.weights, t.a->shape, o.importance->path, t.name);
+      const auto& shape = t.a->shape;
+      const int64_t ne0 = shape.empty() ? 1 : shape[0];
+      int64_t n_mat = 1;
+      for (size_t d = 2; d < shape.size(); ++d) n_mat *= shape[d];
+      // weights() refuses an entry that fits neither ne0 nor n_mat slices of ne0.
+      if (!o.importance->weights(t.name, ne0, n_mat, 0).empty())
+        job.weights = o.importance->find(t.name)->values;
       else
         t.note = "not in the importance matrix";
     }

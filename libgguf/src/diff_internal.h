@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <functional>
 #include <optional>
+#include <span>
 #include <vector>
 
 #include "gguf/diff.h"
@@ -20,7 +21,8 @@ struct ValueJob {
   const TensorRef* b = nullptr;
   const TensorRef* ref = nullptr;  // null: no three-way measurement
   bool measure_ab = false;         // B against A
-  const std::vector<float>* weights = nullptr;  // importance, already checked against the shape
+  // Importance weights, checked against the shape: ne0 values, or one slice of ne0 per matrix.
+  std::span<const float> weights;
 };
 
 struct ValueResult {
@@ -35,10 +37,5 @@ std::vector<ValueResult> measure_values(const std::vector<ValueJob>& jobs, unsig
 
 // Adds n element pairs to m: x against base, with per-element weights w (or null).
 void accumulate(const float* base, const float* x, size_t n, const float* w, ErrorMetrics& m);
-
-// Checks an importance vector against a tensor's shape: it must hold ne0 weights or one slice
-// of ne0 per matrix (ne2 * ne3 of them); throws gguf::Error naming imatrix path and tensor.
-void check_importance(const std::vector<float>& w, const std::vector<int64_t>& shape,
-                      const std::string& path, const std::string& tensor);
 
 }  // namespace gguf::detail

@@ -185,20 +185,6 @@ void accumulate(const float* base, const float* x, size_t n, const float* w, Err
   m.sum_w_sq_base += s.wb2;
 }
 
-void check_importance(const std::vector<float>& w, const std::vector<int64_t>& shape,
-                      const std::string& path, const std::string& tensor) {
-  const uint64_t ne0 = shape.empty() ? 1 : static_cast<uint64_t>(shape[0]);
-  uint64_t matrices = 1;
-  for (size_t d = 2; d < shape.size(); ++d) matrices *= static_cast<uint64_t>(shape[d]);
-  if (w.size() == ne0 || w.size() == ne0 * matrices) return;
-  const std::string expected = matrices > 1 ? fmt::format("{} (ne0) or {} ({} slices of {})", ne0,
-                                                          ne0 * matrices, matrices, ne0)
-                                            : fmt::format("{} (ne0)", ne0);
-  throw Error(
-      path, tensor_object(tensor), std::nullopt,
-      fmt::format("{} importance weights do not fit the tensor: expected {}", w.size(), expected));
-}
-
 namespace {
 
 // About 4 MiB of floats per decoded side: enough to amortise dispatch, small enough that
@@ -243,15 +229,15 @@ void decode_rows(const TensorRef& t, uint64_t ne0, uint64_t row0, uint64_t rows,
 void accumulate_rows(const std::vector<float>& base, const std::vector<float>& x,
                      const ValueJob& job, const Geometry& g, uint64_t row0, uint64_t rows,
                      ErrorMetrics& m) {
-  if (!job.weights) {
+  if (job.weights.empty()) {
     accumulate(base.data(), x.data(), base.size(), nullptr, m);
     return;
   }
-  const uint64_t slices = job.weights->size() / g.ne0;
+  const uint64_t slices = job.weights.size() / g.ne0;
   for (uint64_t r = 0; r < rows; ++r) {
     const uint64_t slice = slices == 1 ? 0 : (row0 + r) / g.ne1;
     accumulate(base.data() + r * g.ne0, x.data() + r * g.ne0, g.ne0,
-               job.weights->data() + slice * g.ne0, m);
+               job.weights.data() + slice * g.ne0, m);
   }
 }
 
@@ -299,10 +285,10 @@ std::vector<ValueResult> measure_values(const std::vector<ValueJob>& jobs, unsig
   });
   std::vector<ValueResult> out(jobs.size());
   for (size_t j = 0; j < jobs.size(); ++j) {
-    if (jobs[j].measure_ab) out[j].ab.emplace().weighted = jobs[j].weights != nullptr;
+    if (jobs[j].measure_ab) out[j].ab.emplace().weighted = !jobs[j].weights.empty();
     if (jobs[j].ref) {
-      out[j].ref_a.emplace().weighted = jobs[j].weights != nullptr;
-      out[j].ref_b.emplace().weighted = jobs[j].weights != nullptr;
+      out[j].ref_a.emplace().weighted = !jobs[j].weights.empty();
+      out[j].ref_b.emplace().weighted = !jobs[j].weights.empty();
     }
   }
   for (size_t k = 0; k < items.size(); ++k) {

@@ -7,24 +7,15 @@
 #include <optional>
 #include <string>
 #include <string_view>
-#include <unordered_map>
 #include <vector>
 
+#include "gguf/imatrix.h"
 #include "gguf/metadata.h"
 #include "gguf/model.h"
 #include "gguf/names.h"
 #include "gguf/select.h"
 
 namespace gguf {
-
-// Per-column importance weights by tensor name (an imatrix), what --imatrix weighs squared
-// errors with. A 2-D tensor's entry holds ne0 weights; a 3-D expert tensor's holds n_expert
-// slices of ne0 weights, expert-major (a single slice is shared by all experts).
-struct ImportanceMap {
-  std::string path;  // for messages
-  std::unordered_map<std::string, std::vector<float>> weights;
-  const std::vector<float>* find(std::string_view name) const;
-};
 
 // A tensor as gguf-inspect --hashes --json recorded it.
 struct ManifestTensor {
@@ -57,7 +48,8 @@ struct DiffOptions {
   bool paranoid = false;             // byte-compare tensors whose hashes agree
   bool stop_early = false;           // stop at the first difference (exit status only)
   const Model* reference = nullptr;  // three-way: A and B against this model
-  const ImportanceMap* importance = nullptr;         // weights for the squared error
+  // Per-column weights for the squared error (expert slices for 3-D *_exps tensors).
+  const Imatrix* importance = nullptr;
   unsigned threads = 0;                              // 0 = hardware concurrency
   std::function<void(uint64_t, uint64_t)> progress;  // (bytes done, bytes total)
 };
