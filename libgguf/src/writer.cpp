@@ -8,6 +8,7 @@
 #include <unistd.h>
 #include <xxhash.h>
 
+#include <future>
 #include <new>
 #include <unordered_set>
 
@@ -22,9 +23,10 @@ namespace {
 using detail::Layout;
 using detail::OutputFile;
 
-constexpr uint64_t kCopyExtent = uint64_t{32} << 20;    // per copy_file_range + hash step
-constexpr uint64_t kProgressStep = uint64_t{16} << 20;  // report at least this far apart
-constexpr uint64_t kMaxShards = 65535;                  // split.count is a u16
+constexpr uint64_t kCopyExtent = uint64_t{32} << 20;      // per copy_file_range + hash step
+constexpr uint64_t kParallelHashMin = uint64_t{1} << 20;  // smaller extents hash inline
+constexpr uint64_t kProgressStep = uint64_t{16} << 20;    // report at least this far apart
+constexpr uint64_t kMaxShards = 65535;                    // split.count is a u16
 
 class Xxh3 {
  public:
@@ -245,15 +247,22 @@ class Streamer {
     for (uint64_t done = 0; done < t.bytes;) {
       const uint64_t n = std::min(kCopyExtent, t.bytes - done);
       // Hashing through the mapping reads the source independently of the kernel copy, so
-      // verification compares two different paths to the same bytes.
+      // verification compares two different paths to the same bytes. A large extent is
+      // hashed on a second thread while the kernel copies it (the future joins even when the
+      // copy throws); one extent at a time keeps both readers on the same pages.
       const auto bytes = src.bytes(r.offset + done, n);
-      hash_.update(bytes);
+      std::future<void> hashed;
+      if (n >= kParallelHashMin)
+        hashed = std::async(std::launch::async, [&] { hash_.update(bytes); });
+      else
+        hash_.update(bytes);
       uint64_t copied = 0;
       if (fd >= 0 && !no_kernel_copy_.count(fd)) {
         copied = out_->copy_range(fd, src.name(), r.offset + done, n);
         if (copied < n) no_kernel_copy_.insert(fd);
       }
       if (copied < n) out_->write(bytes.subspan(static_cast<size_t>(copied)));
+      if (hashed.valid()) hashed.get();
       done += n;
       progress(false);
     }
