@@ -1,8 +1,9 @@
 // The type table agrees with ggml's facts (and with ggml itself when it can be loaded).
+#include "gguf/types.h"
+
 #include <gtest/gtest.h>
 
 #include "ggml_ref.h"
-#include "gguf/types.h"
 
 namespace gguf {
 namespace {

@@ -23,23 +23,32 @@ enum class Dist {
 };
 
 inline const std::vector<Dist>& all_dists() {
-  static const std::vector<Dist> v = {Dist::kGaussian, Dist::kUniform,  Dist::kHeavyTail,
-                                      Dist::kZero,     Dist::kConstant, Dist::kTiny,
+  static const std::vector<Dist> v = {Dist::kGaussian, Dist::kUniform,     Dist::kHeavyTail,
+                                      Dist::kZero,     Dist::kConstant,    Dist::kTiny,
                                       Dist::kHuge,     Dist::kSingleSpike, Dist::kPositive};
   return v;
 }
 
 inline std::string dist_name(Dist d) {
   switch (d) {
-    case Dist::kGaussian: return "gaussian";
-    case Dist::kUniform: return "uniform";
-    case Dist::kHeavyTail: return "heavy_tail";
-    case Dist::kZero: return "zero";
-    case Dist::kConstant: return "constant";
-    case Dist::kTiny: return "tiny";
-    case Dist::kHuge: return "huge";
-    case Dist::kSingleSpike: return "single_spike";
-    case Dist::kPositive: return "positive";
+    case Dist::kGaussian:
+      return "gaussian";
+    case Dist::kUniform:
+      return "uniform";
+    case Dist::kHeavyTail:
+      return "heavy_tail";
+    case Dist::kZero:
+      return "zero";
+    case Dist::kConstant:
+      return "constant";
+    case Dist::kTiny:
+      return "tiny";
+    case Dist::kHuge:
+      return "huge";
+    case Dist::kSingleSpike:
+      return "single_spike";
+    case Dist::kPositive:
+      return "positive";
   }
   return "?";
 }
@@ -57,8 +66,12 @@ inline std::vector<float> make_rows(Dist d, int64_t nrows, int64_t n_per_row, ui
     for (int64_t i = 0; i < n_per_row; ++i) {
       float x = 0;
       switch (d) {
-        case Dist::kGaussian: x = 0.02f * normal(rng); break;
-        case Dist::kUniform: x = uni(rng); break;
+        case Dist::kGaussian:
+          x = 0.02f * normal(rng);
+          break;
+        case Dist::kUniform:
+          x = uni(rng);
+          break;
         case Dist::kHeavyTail: {
           const float g = normal(rng);
           const float u = std::abs(uni(rng)) + 1e-3f;
@@ -66,12 +79,24 @@ inline std::vector<float> make_rows(Dist d, int64_t nrows, int64_t n_per_row, ui
           if (rng() % 97 == 0) x *= 50.0f;
           break;
         }
-        case Dist::kZero: x = 0.0f; break;
-        case Dist::kConstant: x = c; break;
-        case Dist::kTiny: x = 1e-30f * normal(rng); break;
-        case Dist::kHuge: x = std::pow(10.0f, 4.0f + 2.0f * std::abs(uni(rng))) * uni(rng); break;
-        case Dist::kSingleSpike: x = (i == spike) ? 1e6f : 0.01f * normal(rng); break;
-        case Dist::kPositive: x = std::abs(normal(rng)) + 0.5f; break;
+        case Dist::kZero:
+          x = 0.0f;
+          break;
+        case Dist::kConstant:
+          x = c;
+          break;
+        case Dist::kTiny:
+          x = 1e-30f * normal(rng);
+          break;
+        case Dist::kHuge:
+          x = std::pow(10.0f, 4.0f + 2.0f * std::abs(uni(rng))) * uni(rng);
+          break;
+        case Dist::kSingleSpike:
+          x = (i == spike) ? 1e6f : 0.01f * normal(rng);
+          break;
+        case Dist::kPositive:
+          x = std::abs(normal(rng)) + 0.5f;
+          break;
       }
       row[i] = x;
     }

@@ -20,8 +20,9 @@ std::string find_library(std::string& why) {
 #endif
   for (const auto& c : candidates)
     if (std::filesystem::exists(c)) return c;
-  why = "libggml-base.so not found (set GGUF_GGML_LIB, or configure with npm available so "
-        "CMake can install @node-llama-cpp/linux-x64@3.21.1)";
+  why =
+      "libggml-base.so not found (set GGUF_GGML_LIB, or configure with npm available so "
+      "CMake can install @node-llama-cpp/linux-x64@3.21.1)";
   for (const auto& c : candidates) why += "; tried " + c;
   return {};
 }
@@ -42,14 +43,13 @@ GgmlRef::GgmlRef() {
 
 void* GgmlRef::symbol(const char* name) const { return handle_ ? dlsym(handle_, name) : nullptr; }
 
-size_t GgmlRef::quantize_chunk(int type, const float* src, void* dst, int64_t start,
-                               int64_t nrows, int64_t n_per_row, const float* imatrix) const {
+size_t GgmlRef::quantize_chunk(int type, const float* src, void* dst, int64_t start, int64_t nrows,
+                               int64_t n_per_row, const float* imatrix) const {
   using Fn = size_t (*)(int, const float*, void*, int64_t, int64_t, int64_t, const float*);
   using Init = void (*)(int);
   static std::once_flag once[64];
-  std::call_once(once[type & 63], [&] {
-    reinterpret_cast<Init>(symbol("ggml_quantize_init"))(type);
-  });
+  std::call_once(once[type & 63],
+                 [&] { reinterpret_cast<Init>(symbol("ggml_quantize_init"))(type); });
   return reinterpret_cast<Fn>(symbol("ggml_quantize_chunk"))(type, src, dst, start, nrows,
                                                              n_per_row, imatrix);
 }

@@ -41,11 +41,11 @@ class GgmlRef {
 };
 
 // Skips the current GoogleTest when ggml is unavailable.
-#define GGUF_REQUIRE_GGML()                                                          \
-  do {                                                                               \
-    if (!::gguf::testing::GgmlRef::get().available())                                \
-      GTEST_SKIP() << "ggml reference library not available: "                       \
-                   << ::gguf::testing::GgmlRef::get().reason();                      \
+#define GGUF_REQUIRE_GGML()                                     \
+  do {                                                          \
+    if (!::gguf::testing::GgmlRef::get().available())           \
+      GTEST_SKIP() << "ggml reference library not available: "  \
+                   << ::gguf::testing::GgmlRef::get().reason(); \
   } while (0)
 
 }  // namespace gguf::testing
