@@ -1,5 +1,6 @@
 // write_plan: validation, shard assignment, refusal of unsafe output paths, streaming of the
 // payloads into temp files (hashing each with xxh3), read-back verification, then rename.
+// A process killed mid-write leaves its ".<name>.tmp.XXXXXX" file, never a partial output.
 #include "gguf/writer.h"
 
 #include <fmt/format.h>
@@ -423,6 +424,11 @@ WriteResult write_impl(const Plan& plan, const std::string& path, const WriteOpt
         result.tensors.push_back(
             {t.name, s, sh.layout.data_offset + sh.layout.offsets[i], t.bytes, hashes[s].back()});
       }
+      // A mismatch here is a writer bug; never let such a file reach its path.
+      if (out.position() != sh.layout.file_size)
+        throw Error(sh.path, {}, std::nullopt,
+                    fmt::format("internal error: wrote {} bytes, layout needs {}", out.position(),
+                                sh.layout.file_size));
       out.finish();
       base_bytes += sh.layout.file_size;
     }
