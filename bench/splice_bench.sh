@@ -73,11 +73,16 @@ run() {
 : >"$WORK/times"
 # Warm the page cache once so every timed run reads its inputs from the same place.
 "$SPLICE" "$BASE" --donor "$DONOR" --layers "$FIRST-$LAST" -o "$OUT" --force --no-verify >/dev/null
+# Every timed run starts alike: its output removed (so no run pays for unlinking an old file)
+# and nothing dirty left to flush.
+fresh() { rm -f "$1" && sync; }
 for ((i = 0; i < RUNS; i++)); do
-  run splice "$SPLICE" "$BASE" --donor "$DONOR" --layers "$FIRST-$LAST" -o "$OUT" --force
+  fresh "$OUT"
+  run splice "$SPLICE" "$BASE" --donor "$DONOR" --layers "$FIRST-$LAST" -o "$OUT"
+  fresh "$OUT"
   run splice-noverify "$SPLICE" "$BASE" --donor "$DONOR" --layers "$FIRST-$LAST" -o "$OUT" \
-    --force --no-verify
-  rm -f "$COPY"
+    --no-verify
+  fresh "$COPY"
   run copy python3 -c "$COPY_PY" "$OUT" "$COPY"
 done
 
