@@ -6,6 +6,17 @@
 #include <cstring>
 
 #include "codec_kquants_common.h"
+
+// Decoders also get an AVX2 clone, chosen when the program loads: the same IEEE multiplies and
+// subtracts in the same order (contraction is off, so no FMA), eight lanes instead of four.
+#if defined(__x86_64__) && defined(__has_attribute) && !defined(GGUF_NO_DECODE_CLONES)
+#if __has_attribute(target_clones)
+#define GGUF_DECODE_CLONES __attribute__((target_clones("avx2", "default")))
+#endif
+#endif
+#ifndef GGUF_DECODE_CLONES
+#define GGUF_DECODE_CLONES
+#endif
 #include "codec_registry.h"
 
 namespace gguf::detail {
@@ -126,13 +137,14 @@ void encode_q8_K(const float* x, uint8_t* dst, int64_t n) {
   }
 }
 
-void decode_q8_K(const uint8_t* src, float* y, int64_t n) {
+GGUF_DECODE_CLONES void decode_q8_K(const uint8_t* src, float* y, int64_t n) {
   for (int64_t ib = 0; ib < n / kQK; ++ib, src += sizeof(BlockQ8_K), y += kQK) {
     float d;
     std::memcpy(&d, src + offsetof(BlockQ8_K, d), sizeof d);
-    int8_t qs[kQK];
-    std::memcpy(qs, src + offsetof(BlockQ8_K, qs), sizeof qs);
-    for (int i = 0; i < kQK; ++i) y[i] = d * static_cast<float>(qs[i]);
+    // Read in place: int8_t may alias the payload bytes.
+    const int8_t* __restrict qs = reinterpret_cast<const int8_t*>(src + offsetof(BlockQ8_K, qs));
+    float* __restrict out = y;
+    for (int i = 0; i < kQK; ++i) out[i] = d * static_cast<float>(qs[i]);
   }
 }
 
