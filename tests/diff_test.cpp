@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "diff_fixture.h"
+#include "diff_internal.h"
 #include "gguf_builder.h"
 
 namespace gguf {
@@ -184,6 +185,48 @@ TEST(diff, metrics_match_plain_loops) {
   // Tensors identical in bytes are not decoded.
   EXPECT_FALSE(find(r, "token_embd.weight").metrics);
   EXPECT_EQ(r.decoded_elements, 2u * 64);
+}
+
+TEST(diff, metrics_cover_rows_of_any_length) {
+  // 37 columns: every vector lane width leaves a remainder in each row.
+  Fixture a, b;
+  const auto base = perturbed(eighths(37 * 5, 6), 0.3, 2);
+  const auto x = perturbed(base, 0.01, 8);
+  a.tensors.push_back({"blk.1.ffn_down_exps.weight", kF32, {37, 5}, f32_bytes(base)});
+  b.tensors.push_back({"blk.1.ffn_down_exps.weight", kF32, {37, 5}, f32_bytes(x)});
+  DiffOptions o;
+  o.values = true;
+  const DiffReport r = diff(a, b, o);
+  expect_metrics(*find(r, "blk.1.ffn_down_exps.weight").metrics, expected(base, x));
+  Imatrix im;
+  std::vector<float> w(37);
+  for (size_t i = 0; i < w.size(); ++i) w[i] = 1.0f + static_cast<float>(i % 4);
+  im.add("blk.1.ffn_down_exps.weight", {1, 37, w});
+  std::vector<double> per_element(base.size());
+  for (size_t i = 0; i < base.size(); ++i) per_element[i] = w[i % 37];
+  o.importance = &im;
+  const DiffReport rw = diff(a, b, o);
+  expect_metrics(*find(rw, "blk.1.ffn_down_exps.weight").metrics, expected(base, x, per_element),
+                 true);
+}
+
+TEST(diff, every_sum_kernel_agrees_with_plain_loops) {
+  const auto base = perturbed(eighths(1000, 3), 0.4, 1);
+  const auto x = perturbed(base, 0.02, 5);
+  std::vector<float> w(base.size());
+  std::vector<double> wd(base.size());
+  for (size_t i = 0; i < w.size(); ++i) wd[i] = w[i] = 0.25f * static_cast<float>(1 + i % 9);
+  ASSERT_GE(detail::sum_kernel_count(), 1u);
+  for (size_t k = 0; k < detail::sum_kernel_count(); ++k) {
+    SCOPED_TRACE(k);
+    ErrorMetrics m;
+    // In pieces of uneven length, as rows arrive.
+    for (size_t at = 0, len = 1; at < base.size(); at += len, len = len * 3 % 97 + 1)
+      detail::accumulate_with(k, base.data() + at, x.data() + at, std::min(len, base.size() - at),
+                              w.data() + at, m);
+    EXPECT_EQ(m.count, base.size());
+    expect_metrics(m, expected(base, x, wd), true);
+  }
 }
 
 TEST(diff, metrics_across_types_bf16_and_q8_0) {

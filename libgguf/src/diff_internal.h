@@ -37,5 +37,10 @@ std::vector<ValueResult> measure_values(const std::vector<ValueJob>& jobs, unsig
 
 // Adds n element pairs to m: x against base, with per-element weights w (or null).
 void accumulate(const float* base, const float* x, size_t n, const float* w, ErrorMetrics& m);
+// The same with sum kernel number k (0 = plain C++, then the vector kernels this CPU has; the
+// last is the one accumulate() uses), so tests can check every kernel the machine can run.
+size_t sum_kernel_count();
+void accumulate_with(size_t kernel, const float* base, const float* x, size_t n, const float* w,
+                     ErrorMetrics& m);
 
 }  // namespace gguf::detail

@@ -1,0 +1,263 @@
+// gguf-diff's speed against its peers in the same process: the byte-identity diff of two equal
+// page-cached files against a plain single-core XXH3_64bits over the same payloads (target per
+// thread >= 0.8x), and the --values diff against plain dequantize of the same tensors of both
+// files (target >= 0.8x in elements per second).
+//
+// Environment: DIFF_BENCH_A and DIFF_BENCH_B name two equal files, DIFF_BENCH_C and
+// DIFF_BENCH_D two encodings of one model (bench/diff_bench.sh makes them); when unset, the
+// bench writes its own: DIFF_BENCH_GIB (2) GiB of random f16 for A/B, and DIFF_BENCH_MELEM (64)
+// million weights encoded as DIFF_BENCH_TYPE (q4_K) from two seeds for C/D.
+#include <benchmark/benchmark.h>
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "bench_report.h"
+#include "gguf/codecs.h"
+#include "gguf/diff.h"
+#include "gguf/error.h"
+#include "gguf/model.h"
+#include "gguf/writer.h"
+
+namespace {
+
+constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+constexpr int64_t kCols = 4096, kRows = 2048;  // 8M weights per tensor
+
+// Writes n_tensors tensors of type t [kCols, kRows]; fill(i, row, floats) gives weights, or
+// for f16, fill is skipped and payloads are random bits. Payloads go straight to the file (the
+// writer would verify them by hashing, i.e. run what we are about to measure).
+void write_model(const std::string& path, gguf::GgmlType type, int n_tensors, uint64_t seed) {
+  gguf::Metadata md;
+  md.set("general.architecture", gguf::Value::string("deepseek2"));
+  md.set("general.name", gguf::Value::string("diff-bench"));
+  const uint64_t row = *gguf::row_bytes(type, kCols), bytes = row * kRows;
+  std::vector<gguf::PlanTensor> tensors;
+  for (int i = 0; i < n_tensors; ++i) {
+    gguf::PlanTensor t;
+    t.name = fmt::format("blk.{}.ffn_up_exps.weight", i);
+    t.type_id = static_cast<uint32_t>(type);
+    t.shape = {kCols, kRows};
+    t.bytes = bytes;
+    tensors.push_back(std::move(t));
+  }
+  const auto header = gguf::serialize_header(md, 3, tensors);
+  const std::string tmp = path + ".part";
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) throw gguf::Error(tmp, {}, std::nullopt, "cannot create");
+  bool ok = ::write(fd, header.data(), header.size()) == static_cast<ssize_t>(header.size());
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> normal(0.0f, 0.02f);
+  std::vector<uint8_t> payload(bytes + 32);
+  std::vector<float> weights(static_cast<size_t>(kCols * kRows));
+  std::vector<float> importance(kCols, 1.0f);
+  for (int i = 0; ok && i < n_tensors; ++i) {
+    if (type == gguf::GgmlType::F16) {
+      for (size_t k = 0; k + 8 <= bytes; k += 8) {
+        const uint64_t w = rng() & 0x3bff3bff3bff3bffull;  // finite halves, |x| < 1
+        std::memcpy(payload.data() + k, &w, 8);
+      }
+    } else {
+      for (auto& w : weights) w = normal(rng);
+      gguf::quantize(type, weights, kRows, kCols, importance, std::span(payload).first(bytes));
+    }
+    // Payload sizes here are multiples of 32: no padding between tensors.
+    ok = ::write(fd, payload.data(), bytes) == static_cast<ssize_t>(bytes);
+  }
+  ok = ::close(fd) == 0 && ok;
+  if (!ok) throw gguf::Error(tmp, {}, std::nullopt, "cannot write");
+  std::filesystem::rename(tmp, path);
+}
+
+struct Inputs {
+  const gguf::Model *a, *b, *c, *d;
+  uint64_t identity_bytes = 0;                             // payload bytes of A
+  std::vector<const gguf::TensorRef*> decode_c, decode_d;  // what --values decodes
+  uint64_t values_elements = 0;  // elements decoded by the peer (both sides)
+};
+Inputs g;
+
+uint64_t plain_xxh3(const gguf::Model& m) {
+  uint64_t acc = 0;
+  for (const auto& t : m.tensors()) acc ^= XXH3_64bits(t.data().data(), t.data().size());
+  return acc;
+}
+
+// Plain single-threaded dequantize of the tensors the values diff decodes, in the same 32K
+// element slices of whole rows (its best case: the output stays in L2).
+void plain_decode(const std::vector<const gguf::TensorRef*>& ts, std::vector<float>& buf) {
+  for (const auto* t : ts) {
+    const auto type = static_cast<gguf::GgmlType>(t->info->type_id);
+    const uint64_t ne0 = static_cast<uint64_t>(t->info->shape[0]);
+    const uint64_t rows = t->info->n_elements / ne0, rb = *gguf::row_bytes(type, ne0);
+    const uint64_t per = std::max<uint64_t>(1, (uint64_t{1} << 15) / ne0);
+    for (uint64_t r = 0; r < rows; r += per) {
+      const uint64_t n = std::min(per, rows - r);
+      buf.resize(n * ne0);
+      gguf::dequantize(type, t->data().subspan(r * rb, n * rb), buf);
+      benchmark::DoNotOptimize(buf.data());
+    }
+  }
+}
+
+void register_benchmarks() {
+  benchmark::RegisterBenchmark("diff/xxh3_plain_1core", [](benchmark::State& state) {
+    for (auto _ : state) benchmark::DoNotOptimize(plain_xxh3(*g.a));
+    state.SetBytesProcessed(state.iterations() * static_cast<int64_t>(g.identity_bytes));
+  })->UseRealTime();
+  for (unsigned threads : {1u, 2u}) {
+    benchmark::RegisterBenchmark(
+        fmt::format("diff/identity_{}t", threads).c_str(),
+        [threads](benchmark::State& state) {
+          uint64_t hashed = 0;
+          for (auto _ : state) {
+            gguf::DiffOptions o;
+            o.threads = threads;
+            const auto r = gguf::diff_models(*g.a, *g.b, o);
+            if (!r.identical) state.SkipWithError("A and B differ");
+            hashed = r.hashed_bytes;
+          }
+          state.SetBytesProcessed(state.iterations() * static_cast<int64_t>(hashed));
+        })
+        ->UseRealTime();
+  }
+  benchmark::RegisterBenchmark("diff/dequantize_plain_1core", [](benchmark::State& state) {
+    std::vector<float> buf;
+    for (auto _ : state) {
+      plain_decode(g.decode_c, buf);
+      plain_decode(g.decode_d, buf);
+    }
+    state.SetItemsProcessed(state.iterations() * static_cast<int64_t>(g.values_elements));
+  })->UseRealTime();
+  for (unsigned threads : {1u, 2u}) {
+    benchmark::RegisterBenchmark(
+        fmt::format("diff/values_{}t", threads).c_str(),
+        [threads](benchmark::State& state) {
+          uint64_t decoded = 0;
+          for (auto _ : state) {
+            gguf::DiffOptions o;
+            o.values = true;
+            o.threads = threads;
+            decoded = gguf::diff_models(*g.c, *g.d, o).decoded_elements;
+          }
+          state.SetItemsProcessed(state.iterations() * static_cast<int64_t>(decoded));
+        })
+        ->UseRealTime();
+  }
+}
+
+void print_table(const gguf::bench::BestReporter& r) {
+  const auto rate = [&](const std::string& name, double amount) -> std::optional<double> {
+    // Registered with UseRealTime(), so the reporter knows them by "<name>/real_time".
+    const auto b = r.best(name + "/real_time");
+    if (!b || !(b->real > 0)) return std::nullopt;
+    return amount / b->real;
+  };
+  const double id_bytes = static_cast<double>(g.identity_bytes) / kGiB;
+  const auto plain = rate("diff/xxh3_plain_1core", id_bytes);
+  fmt::print("\nbyte identity, A = B = {:.2f} GiB of payload (page-cached), best repetition:\n",
+             id_bytes);
+  fmt::print("{:<28} {:>10} {:>14} {:>16}\n", "what", "GiB/s", "GiB/s/thread", "per thread/xxh3");
+  fmt::print("{:<28} {:>10.2f} {:>14.2f} {:>16}\n", "diff/xxh3_plain_1core", plain.value_or(0),
+             plain.value_or(0), "1.00x");
+  for (unsigned t : {1u, 2u}) {
+    const std::string name = fmt::format("diff/identity_{}t", t);
+    const auto v = rate(name, 2 * id_bytes);  // both files are hashed
+    const auto per = v ? std::optional<double>(*v / t) : std::nullopt;
+    fmt::print("{:<28} {:>10} {:>14} {:>16}\n", name, v ? fmt::format("{:.2f}", *v) : "-",
+               per ? fmt::format("{:.2f}", *per) : "-", gguf::bench::ratio_text(per, plain));
+  }
+  const double melem = static_cast<double>(g.values_elements) / 1e6;
+  const auto dec = rate("diff/dequantize_plain_1core", melem);
+  fmt::print("\n--values, {:.1f} M elements decoded per run (both sides), best repetition:\n",
+             melem);
+  fmt::print("{:<28} {:>10} {:>14} {:>16}\n", "what", "Melem/s", "Melem/s/thread",
+             "per thread/deq");
+  fmt::print("{:<28} {:>10.1f} {:>14.1f} {:>16}\n", "diff/dequantize_plain_1core", dec.value_or(0),
+             dec.value_or(0), "1.00x");
+  for (unsigned t : {1u, 2u}) {
+    const std::string name = fmt::format("diff/values_{}t", t);
+    const auto v = rate(name, melem);
+    const auto per = v ? std::optional<double>(*v / t) : std::nullopt;
+    fmt::print("{:<28} {:>10} {:>14} {:>16}\n", name, v ? fmt::format("{:.1f}", *v) : "-",
+               per ? fmt::format("{:.1f}", *per) : "-", gguf::bench::ratio_text(per, dec));
+  }
+}
+
+std::string env_or(const char* name, const std::string& fallback) {
+  const char* v = std::getenv(name);
+  return v && *v ? v : fallback;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  gguf::bench::Args args(argc, argv, gguf::bench::default_flags(3));
+  benchmark::Initialize(args.argc(), args.argv());
+  if (benchmark::ReportUnrecognizedArguments(*args.argc(), args.argv())) return 1;
+  const std::string dir = env_or("TMPDIR", "/var/tmp");
+  const std::string stem = fmt::format("{}/diff-bench.{}", dir, ::getpid());
+  std::vector<std::string> made;
+  int rc = 0;
+  try {
+    std::string pa = env_or("DIFF_BENCH_A", ""), pb = env_or("DIFF_BENCH_B", "");
+    std::string pc = env_or("DIFF_BENCH_C", ""), pd = env_or("DIFF_BENCH_D", "");
+    const int tensor_mib = static_cast<int>(kCols * kRows * 2 >> 20);
+    if (pa.empty() || pb.empty()) {
+      const double gib = std::atof(env_or("DIFF_BENCH_GIB", "2").c_str());
+      const int n = std::max(1, static_cast<int>(gib * 1024 / tensor_mib + 0.5));
+      pa = stem + ".a.gguf", pb = stem + ".b.gguf";
+      fmt::print("writing {} and its copy ({} f16 tensors of {} MiB) ...\n", pa, n, tensor_mib);
+      write_model(pa, gguf::GgmlType::F16, n, 1);
+      made.push_back(pa);
+      std::filesystem::copy_file(pa, pb);
+      made.push_back(pb);
+    }
+    if (pc.empty() || pd.empty()) {
+      const auto type = gguf::parse_type(env_or("DIFF_BENCH_TYPE", "q4_K"));
+      if (!type) throw gguf::Error("DIFF_BENCH_TYPE: unknown type");
+      const double melem = std::atof(env_or("DIFF_BENCH_MELEM", "64").c_str());
+      const int n = std::max(1, static_cast<int>(melem * 1e6 / (kCols * kRows) + 0.5));
+      pc = stem + ".c.gguf", pd = stem + ".d.gguf";
+      fmt::print("writing {} and {} ({} {} tensors of {}x{}) ...\n", pc, pd, n,
+                 gguf::type_name(static_cast<uint32_t>(*type)), kCols, kRows);
+      write_model(pc, *type, n, 2);
+      made.push_back(pc);
+      write_model(pd, *type, n, 3);
+      made.push_back(pd);
+    }
+    const gguf::Model a = gguf::Model::open(pa), b = gguf::Model::open(pb);
+    const gguf::Model c = gguf::Model::open(pc), d = gguf::Model::open(pd);
+    g.a = &a, g.b = &b, g.c = &c, g.d = &d;
+    for (const auto& t : a.tensors()) g.identity_bytes += t.data().size();
+    // The tensors the values diff measures, found by running it once (also warms the caches).
+    gguf::DiffOptions o;
+    o.values = true;
+    for (const auto& t : gguf::diff_models(c, d, o).tensors) {
+      if (!t.metrics) continue;
+      g.decode_c.push_back(c.find(t.name));
+      g.decode_d.push_back(d.find(t.name));
+      g.values_elements += 2 * c.find(t.name)->info->n_elements;
+    }
+    if (!gguf::diff_models(a, b, {}).identical)
+      throw gguf::Error(pb, {}, std::nullopt, "is not equal to " + pa);
+    register_benchmarks();
+    gguf::bench::BestReporter reporter;
+    benchmark::RunSpecifiedBenchmarks(&reporter);
+    print_table(reporter);
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "diff_bench: {}\n", e.what());
+    rc = 1;
+  }
+  for (const auto& p : made) std::filesystem::remove(p);
+  benchmark::Shutdown();
+  return rc;
+}
