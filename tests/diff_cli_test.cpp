@@ -144,7 +144,7 @@ TEST(diff_cli, golden_json) {
     "files": [
       "DIR/a.gguf"
     ],
-    "manifest": false
+    "manifest": null
   },
   "b": {
     "files": [
@@ -153,6 +153,7 @@ TEST(diff_cli, golden_json) {
   },
   "identical": false,
   "metadata": [],
+  "metadata_compared": false,
   "reference": null,
   "stopped_early": false,
   "summary": {
@@ -318,7 +319,8 @@ TEST(diff_cli, manifest_written_by_gguf_inspect) {
   r = run_cli("gguf-diff", {"--manifest", manifest, "--json", p.b});
   EXPECT_EQ(r.code, 1) << r.err;
   const auto doc = nlohmann::json::parse(r.out);
-  EXPECT_TRUE(doc["a"]["manifest"].get<bool>());
+  EXPECT_EQ(doc["a"]["manifest"], manifest);
+  EXPECT_EQ(doc["a"]["files"][0], p.a);
   EXPECT_EQ(doc["summary"]["bytes"], 1);
   EXPECT_EQ(doc["summary"]["type"], 1);
   EXPECT_EQ(doc["metadata"][0]["key"], "general.name");

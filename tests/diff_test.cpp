@@ -474,7 +474,7 @@ TEST(diff, manifest_matches_its_file) {
   doc["metadata"][1]["value"] = "renamed";
   const DiffReport r = diff_manifest(parse_manifest(doc.dump(), "m.json"), m, {});
   EXPECT_FALSE(r.identical);
-  EXPECT_TRUE(r.a_is_manifest);
+  EXPECT_EQ(r.manifest, "m.json");
   EXPECT_EQ(find(r, "blk.0.attn_q.weight").change, TensorChange::kBytes);
   ASSERT_EQ(r.metadata.size(), 1u);
   EXPECT_EQ(r.metadata[0].key, "general.name");
@@ -484,7 +484,7 @@ TEST(diff, manifest_matches_its_file) {
     FAIL() << "no error";
   } catch (const Error& e) {
     EXPECT_STREQ(e.what(),
-                 "recorded.gguf: tensor 'blk.0.attn_q.weight': the manifest has no xxh3 for this "
+                 "m.json: tensor 'blk.0.attn_q.weight': the manifest has no xxh3 for this "
                  "tensor; write it with gguf-inspect --hashes --json");
   }
 }

@@ -57,6 +57,7 @@ struct SideTensor {
 };
 
 struct Side {
+  std::string origin;  // the path messages name: the model's first file, or the manifest
   std::vector<std::string> files;
   std::string arch;
   const Metadata* metadata = nullptr;
@@ -66,6 +67,7 @@ struct Side {
 
 Side model_side(const Model& m, bool escaped) {
   Side s;
+  s.origin = m.path();
   s.files = m.paths();
   s.arch = m.architecture();
   s.metadata = &m.metadata();
@@ -79,6 +81,7 @@ Side model_side(const Model& m, bool escaped) {
 
 Side manifest_side(const Manifest& m) {
   Side s;
+  s.origin = m.path;
   s.files = m.files;
   s.arch = m.architecture;
   s.metadata = &m.metadata;
@@ -338,6 +341,7 @@ DiffReport diff_sides(const Side& a, const Side& b, bool json_forms, const DiffO
   r.values = o.values;
   r.weighted = o.importance != nullptr;
   r.reference = o.reference != nullptr;
+  r.metadata_compared = o.metadata;
   if (o.metadata) r.metadata = diff_metadata(a, b, json_forms);
   if (!r.metadata.empty()) r.identical = false;
   if (o.stop_early && !r.identical) {
@@ -365,8 +369,8 @@ DiffReport diff_sides(const Side& a, const Side& b, bool json_forms, const DiffO
   if (o.selector.empty()) {
     for (size_t i = 0; i < rows.size(); ++i) chosen.push_back(i);
   } else if (!rows.empty()) {
-    chosen = select_tensors(o.selector, names, dims, arch,
-                            fmt::format("{} and {}", a.files.front(), b.files.front()));
+    chosen =
+        select_tensors(o.selector, names, dims, arch, fmt::format("{} and {}", a.origin, b.origin));
   }
 
   std::vector<HashPair> pairs;
@@ -394,7 +398,7 @@ DiffReport diff_sides(const Side& a, const Side& b, bool json_forms, const DiffO
   }
   for (const HashPair& p : pairs)
     if (!p.a->ref && !p.a->xxh3)
-      throw Error(a.files.front(), tensor_object(*p.a->name), std::nullopt,
+      throw Error(a.origin, tensor_object(*p.a->name), std::nullopt,
                   "the manifest has no xxh3 for this tensor; write it with gguf-inspect --hashes "
                   "--json");
 
@@ -454,7 +458,7 @@ DiffReport diff_manifest(const Manifest& a, const Model& b, const DiffOptions& o
         "--values and --reference need the tensor data of both sides; a manifest holds "
         "only hashes");
   DiffReport r = diff_sides(manifest_side(a), model_side(b, true), true, options);
-  r.a_is_manifest = true;
+  r.manifest = a.path;
   return r;
 }
 

@@ -77,6 +77,7 @@ std::string type_text(const std::optional<TensorSide>& s) {
 std::string metadata_section(const DiffReport& r) {
   size_t n[3] = {};
   for (const auto& m : r.metadata) ++n[static_cast<size_t>(m.change)];
+  if (!r.metadata_compared) return "metadata: not compared\n";
   if (r.metadata.empty()) return "metadata: no changes\n";
   std::string out = fmt::format("metadata: {} changed, {} added, {} removed\n",
                                 n[static_cast<size_t>(MetadataChange::kChanged)],
@@ -281,8 +282,11 @@ json files_json(const std::vector<std::string>& files) {
 
 std::string render_diff_text(const DiffReport& r, const DiffRenderOptions& o) {
   std::string out =
-      fmt::format("A: {}{}\nB: {}\n", escape_for_terminal(r.files_a.front()),
-                  r.a_is_manifest ? " (manifest)" : "", escape_for_terminal(r.files_b.front()));
+      r.manifest ? fmt::format("A: {} (manifest of {})\nB: {}\n", escape_for_terminal(*r.manifest),
+                               escape_for_terminal(r.files_a.front()),
+                               escape_for_terminal(r.files_b.front()))
+                 : fmt::format("A: {}\nB: {}\n", escape_for_terminal(r.files_a.front()),
+                               escape_for_terminal(r.files_b.front()));
   if (r.reference) out += fmt::format("reference: {}\n", escape_for_terminal(r.files_ref.front()));
   out += metadata_section(r);
   if (r.stopped_early) return out + "different (stopped at the first difference)\n";
@@ -304,9 +308,11 @@ std::string render_diff_json(const DiffReport& r, const DiffRenderOptions& o) {
   json doc;
   doc["identical"] = r.identical;
   doc["stopped_early"] = r.stopped_early;
-  doc["a"] = {{"files", files_json(r.files_a)}, {"manifest", r.a_is_manifest}};
+  doc["a"] = {{"files", files_json(r.files_a)},
+              {"manifest", r.manifest ? json(utf8_or_escaped(*r.manifest)) : json(nullptr)}};
   doc["b"] = {{"files", files_json(r.files_b)}};
   doc["reference"] = r.reference ? json({{"files", files_json(r.files_ref)}}) : json(nullptr);
+  doc["metadata_compared"] = r.metadata_compared;
   doc["metadata"] = json::array();
   for (const auto& m : r.metadata) doc["metadata"].push_back(metadata_diff_json(m));
   doc["tensors"] = json::array();

@@ -131,8 +131,9 @@ struct DiffCounts {
 };
 
 struct DiffReport {
-  std::vector<std::string> files_a, files_b, files_ref;
-  bool a_is_manifest = false;
+  std::vector<std::string> files_a, files_b, files_ref;  // files_a: as a manifest records them
+  std::optional<std::string> manifest;                   // the path of A when A is a manifest
+  bool metadata_compared = true;
   bool identical = true;
   bool stopped_early = false;  // stop_early found a difference and skipped the rest
   bool values = false, weighted = false, reference = false;
