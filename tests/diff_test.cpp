@@ -229,6 +229,30 @@ TEST(diff, every_sum_kernel_agrees_with_plain_loops) {
   }
 }
 
+TEST(diff, results_do_not_depend_on_the_thread_count) {
+  // 2.2M elements: several work items of about 1M elements, each of many slices.
+  Fixture a, b;
+  const auto base = perturbed(eighths(1100 * 2000, 4), 0.3, 1);
+  const auto x = perturbed(base, 0.01, 2);
+  a.tensors.push_back({"blk.1.ffn_down_exps.weight", kF32, {1100, 2000}, f32_bytes(base)});
+  b.tensors.push_back({"blk.1.ffn_down_exps.weight", kF32, {1100, 2000}, f32_bytes(x)});
+  TempDir dir;
+  const Model ma = Model::open(a.write(dir, "a.gguf")), mb = Model::open(b.write(dir, "b.gguf"));
+  DiffOptions o;
+  o.values = true;
+  std::vector<ErrorMetrics> runs;
+  for (unsigned threads : {1u, 2u, 3u}) {
+    o.threads = threads;
+    runs.push_back(*find(diff_models(ma, mb, o), "blk.1.ffn_down_exps.weight").metrics);
+  }
+  for (const ErrorMetrics& m : runs) {
+    EXPECT_EQ(m.sum_sq_diff, runs[0].sum_sq_diff);
+    EXPECT_EQ(m.sum_sq_base, runs[0].sum_sq_base);
+    EXPECT_EQ(m.sum_dot, runs[0].sum_dot);
+  }
+  expect_metrics(runs[0], expected(base, x));
+}
+
 TEST(diff, metrics_across_types_bf16_and_q8_0) {
   Fixture a, b;
   const auto base = floats_of(a.tensor("blk.0.attn_q.weight"));

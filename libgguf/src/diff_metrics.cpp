@@ -288,35 +288,6 @@ std::vector<ValueResult> measure_values(const std::vector<ValueJob>& jobs, unsig
     const auto bytes = [](const TensorRef* t) { return t ? t->data().size() : 0; };
     total += bytes(jobs[j].a) + bytes(jobs[j].b) + bytes(jobs[j].ref);
   }
-  // One partial per item, merged in row order below: the result is independent of scheduling.
-  std::vector<std::array<ErrorMetrics, 3>> partial(items.size());
-  std::atomic<uint64_t> done{0};
-  if (threads == 0) threads = std::max(1u, std::thread::hardware_concurrency());
-  tbb::global_control limit(tbb::global_control::max_allowed_parallelism, threads);
-  tbb::enumerable_thread_specific<Buffers> buffers;
-  tbb::parallel_for(size_t{0}, items.size(), [&](size_t k) {
-    const Item& it = items[k];
-    const ValueJob& job = jobs[it.job];
-    const Geometry& g = geo[it.job];
-    Buffers& buf = buffers.local();
-    const uint64_t per = std::max<uint64_t>(1, kSliceElements / std::max<uint64_t>(1, g.ne0));
-    for (uint64_t r = it.row0; r < it.row0 + it.rows; r += per) {
-      const uint64_t n = std::min(per, it.row0 + it.rows - r);
-      decode_rows(*job.a, g.ne0, r, n, buf.a);
-      decode_rows(*job.b, g.ne0, r, n, buf.b);
-      if (job.measure_ab) accumulate_rows(buf.a, buf.b, job, g, r, n, partial[k][0]);
-      if (job.ref) {
-        decode_rows(*job.ref, g.ne0, r, n, buf.ref);
-        accumulate_rows(buf.ref, buf.a, job, g, r, n, partial[k][1]);
-        accumulate_rows(buf.ref, buf.b, job, g, r, n, partial[k][2]);
-      }
-    }
-    uint64_t bytes = 0;
-    for (const TensorRef* t : {job.a, job.b, job.ref})
-      if (t) bytes += t->data().size() * it.rows / g.nrows;
-    const uint64_t d = done.fetch_add(bytes) + bytes;
-    if (progress) progress(d, total);
-  });
   std::vector<ValueResult> out(jobs.size());
   for (size_t j = 0; j < jobs.size(); ++j) {
     if (jobs[j].measure_ab) out[j].ab.emplace().weighted = !jobs[j].weights.empty();
@@ -325,11 +296,48 @@ std::vector<ValueResult> measure_values(const std::vector<ValueJob>& jobs, unsig
       out[j].ref_b.emplace().weighted = !jobs[j].weights.empty();
     }
   }
-  for (size_t k = 0; k < items.size(); ++k) {
-    ValueResult& r = out[items[k].job];
-    if (r.ab) r.ab->merge(partial[k][0]);
-    if (r.ref_a) r.ref_a->merge(partial[k][1]);
-    if (r.ref_b) r.ref_b->merge(partial[k][2]);
+  std::atomic<uint64_t> done{0};
+  if (threads == 0) threads = std::max(1u, std::thread::hardware_concurrency());
+  tbb::global_control limit(tbb::global_control::max_allowed_parallelism, threads);
+  tbb::enumerable_thread_specific<Buffers> buffers;
+  // Items run in windows; each item has its own partial sums, merged in row order after its
+  // window, so results do not depend on scheduling and the partials stay a few MiB whatever
+  // the model size.
+  constexpr size_t kWindow = 4096;
+  std::vector<std::array<ErrorMetrics, 3>> partial;
+  for (size_t w0 = 0; w0 < items.size(); w0 += kWindow) {
+    const size_t w1 = std::min(items.size(), w0 + kWindow);
+    partial.assign(w1 - w0, {});
+    tbb::parallel_for(w0, w1, [&](size_t k) {
+      const Item& it = items[k];
+      const ValueJob& job = jobs[it.job];
+      const Geometry& g = geo[it.job];
+      Buffers& buf = buffers.local();
+      auto& sums = partial[k - w0];
+      const uint64_t per = std::max<uint64_t>(1, kSliceElements / std::max<uint64_t>(1, g.ne0));
+      for (uint64_t r = it.row0; r < it.row0 + it.rows; r += per) {
+        const uint64_t n = std::min(per, it.row0 + it.rows - r);
+        decode_rows(*job.a, g.ne0, r, n, buf.a);
+        decode_rows(*job.b, g.ne0, r, n, buf.b);
+        if (job.measure_ab) accumulate_rows(buf.a, buf.b, job, g, r, n, sums[0]);
+        if (job.ref) {
+          decode_rows(*job.ref, g.ne0, r, n, buf.ref);
+          accumulate_rows(buf.ref, buf.a, job, g, r, n, sums[1]);
+          accumulate_rows(buf.ref, buf.b, job, g, r, n, sums[2]);
+        }
+      }
+      uint64_t bytes = 0;
+      for (const TensorRef* t : {job.a, job.b, job.ref})
+        if (t) bytes += t->data().size() * it.rows / g.nrows;
+      const uint64_t d = done.fetch_add(bytes) + bytes;
+      if (progress) progress(d, total);
+    });
+    for (size_t k = w0; k < w1; ++k) {
+      ValueResult& r = out[items[k].job];
+      if (r.ab) r.ab->merge(partial[k - w0][0]);
+      if (r.ref_a) r.ref_a->merge(partial[k - w0][1]);
+      if (r.ref_b) r.ref_b->merge(partial[k - w0][2]);
+    }
   }
   return out;
 }
