@@ -216,6 +216,7 @@ class Checker {
     check_alignment(f);
     bool layout_known = true;
     for (const TensorInfo& t : f.tensors()) layout_known &= check_tensor(f, t);
+    // An unsized or out-of-bounds tensor (already reported) hides where the next should start.
     if (layout_known) check_layout(f);
   }
 
