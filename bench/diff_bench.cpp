@@ -156,8 +156,7 @@ void register_benchmarks() {
 
 void print_table(const gguf::bench::BestReporter& r) {
   const auto rate = [&](const std::string& name, double amount) -> std::optional<double> {
-    // Registered with UseRealTime(), so the reporter knows them by "<name>/real_time".
-    const auto b = r.best(name + "/real_time");
+    const auto b = r.best(name);
     if (!b || !(b->real > 0)) return std::nullopt;
     return amount / b->real;
   };
