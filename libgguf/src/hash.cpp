@@ -40,6 +40,7 @@ std::vector<uint64_t> hash_tensors(const Model& model, const std::vector<size_t>
     for (size_t off = 0; off < data.size(); off += kChunk) {
       const size_t n = std::min(kChunk, data.size() - off);
       XXH3_64bits_update(state, data.data() + off, n);
+      t.file->source().release(t.data_start() + off, n);
       const uint64_t d = done.fetch_add(n) + n;
       if (progress) progress(d, total);
     }

@@ -26,6 +26,8 @@ void decode_rows(const TensorRef& t, int64_t n_per_row, int64_t first, int64_t c
   const auto data = t.data();
   dequantize(type, data.subspan(static_cast<size_t>(first) * rb, static_cast<size_t>(count) * rb),
              out);
+  t.file->source().release(t.data_start() + static_cast<uint64_t>(first) * rb,
+                           static_cast<uint64_t>(count) * rb);
 }
 
 // Column energy of each matrix of a tensor, computed once per matrix on first use.

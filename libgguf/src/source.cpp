@@ -3,9 +3,11 @@
 
 #include <fcntl.h>
 #include <fmt/format.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <boost/iostreams/device/mapped_file.hpp>
 #include <cerrno>
 #include <cstring>
@@ -55,6 +57,14 @@ class FileSource final : public ByteSource {
   const std::string& name() const override { return name_; }
   uint64_t size() const override { return size_; }
   int fd() const override { return fd_; }
+  void release(uint64_t offset, uint64_t len) const override {
+    if (!map_.is_open() || offset >= size_) return;
+    len = std::min(len, size_ - offset);
+    static const uint64_t page = static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
+    const uint64_t lo = offset & ~(page - 1);
+    ::madvise(const_cast<char*>(map_.data()) + lo, static_cast<size_t>(offset + len - lo),
+              MADV_DONTNEED);
+  }
   std::optional<std::pair<uint64_t, uint64_t>> identity() const override {
     return std::pair<uint64_t, uint64_t>(dev_, ino_);
   }

@@ -264,6 +264,7 @@ class Streamer {
       }
       if (copied < n) out_->write(bytes.subspan(static_cast<size_t>(copied)));
       if (hashed.valid()) hashed.get();
+      src.release(r.offset + done, n);
       done += n;
       progress(false);
     }

@@ -11,7 +11,7 @@ namespace gguf {
 // reaches a terminal.
 std::string escape_for_terminal(std::string_view s);
 
-// Valid UTF-8 passes through unchanged; each byte of an invalid sequence becomes the six
+// Valid UTF-8 passes through unchanged; each byte of an invalid sequence becomes the four
 // characters "\xNN" so that the JSON document stays valid and no byte is lost silently.
 std::string utf8_or_escaped(std::string_view s);
 

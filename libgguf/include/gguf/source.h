@@ -21,6 +21,10 @@ class ByteSource {
   std::span<const uint8_t> bytes(uint64_t offset, uint64_t len) const;
   // An open descriptor for kernel-side copies, or -1 for memory sources.
   virtual int fd() const { return -1; }
+  // Drops the pages of [offset, offset + len) from this process's page tables (they stay in
+  // the page cache), so streaming over a mapped 100 GB model keeps RSS bounded. A no-op for
+  // memory sources; later reads of the range simply fault the pages back in.
+  virtual void release(uint64_t /*offset*/, uint64_t /*len*/) const {}
   // (device, inode) of a file, to refuse writing over an input.
   virtual std::optional<std::pair<uint64_t, uint64_t>> identity() const { return std::nullopt; }
 
