@@ -4,7 +4,8 @@
 #   1. byte identity: an f16 model of about SIZE_GIB and its copy, page-cached; gguf-diff's
 #      hashing bandwidth per thread (1 and 2 threads) against a plain single-core XXH3_64bits
 #      over the same mapped payloads (target >= 0.8x), measured in one process by
-#      bench/diff_bench; plus the wall time of the gguf-diff binary itself, end to end;
+#      bench/diff_bench, next to plain xxh3 on two threads (A and B at once: the ceiling the
+#      memory system leaves to two threads); plus the wall time of the gguf-diff binary;
 #   2. --values: for each pair of encodings in PAIRS, the values diff's decoded elements per
 #      second against plain single-core dequantize of the same tensors of both files
 #      (target >= 0.8x), and the binary's wall time.
