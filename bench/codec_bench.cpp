@@ -1,7 +1,8 @@
-// Our codecs against ggml's in one process: quantize (gguf::quantize vs ggml_quantize_chunk)
-// and dequantize (gguf::dequantize vs dequantize_row_<type>), one thread, weight-like gaussian
-// rows of 4096 floats, with and without importance weights. Each pair is first checked to give
-// identical output; the end of the run prints MB/s of f32 data and the ours/ggml ratios.
+// Our codecs against ggml's in one process: quantize (gguf::quantize vs ggml_quantize_chunk, or
+// quantize_row_<type>_ref for q8_1/q8_K) and dequantize (gguf::dequantize vs
+// dequantize_row_<type>), one thread, weight-like gaussian rows of 4096 floats, with and without
+// importance weights. Each pair is first checked to give identical output; the end of the run
+// prints MB/s of f32 data and the ours/ggml ratios.
 #include <benchmark/benchmark.h>
 #include <fmt/format.h>
 
@@ -36,8 +37,17 @@ size_t bytes_of(GgmlType t, int64_t n) {
   return static_cast<size_t>(*gguf::row_bytes(t, static_cast<uint64_t>(n)));
 }
 
-// ggml_quantize_chunk aborts on the two activation-only types.
+// ggml_quantize_chunk aborts on the two activation-only types; for those the peer is ggml's
+// quantize_row_<type>_ref over the same floats (no importance path).
 bool ggml_quantizes(GgmlType t) { return t != GgmlType::Q8_1 && t != GgmlType::Q8_K; }
+
+size_t ggml_quantize(GgmlType t, const float* src, uint8_t* dst, const float* imatrix) {
+  const GgmlRef& g = GgmlRef::get();
+  if (ggml_quantizes(t)) return g.quantize_chunk(id_of(t), src, dst, 0, kRows, kRowLength, imatrix);
+  return g.quantize_row_ref(id_of(t), src, dst, kRows * kRowLength)
+             ? bytes_of(t, kRowLength) * kRows
+             : 0;
+}
 
 struct Inputs {
   std::vector<float> rows =
@@ -76,8 +86,7 @@ std::string check_quantize(GgmlType t, const float* imatrix) {
   } catch (const std::exception& e) {
     return fmt::format("ours failed: {}", e.what());
   }
-  const size_t got = GgmlRef::get().quantize_chunk(id_of(t), in.rows.data(), ref.data(), 0, kRows,
-                                                   kRowLength, imatrix);
+  const size_t got = ggml_quantize(t, in.rows.data(), ref.data(), imatrix);
   if (got != size) return fmt::format("ggml wrote {} bytes, expected {}", got, size);
   if (ours == ref) return {};
   size_t n = 0;
@@ -112,9 +121,8 @@ void register_quantize(GgmlType t, bool with_importance) {
   benchmark::RegisterBenchmark(p.peer.c_str(), [=](benchmark::State& state) {
     const auto& in = inputs();
     std::vector<uint8_t> out(size);
-    const GgmlRef& g = GgmlRef::get();
     for (auto _ : state) {
-      g.quantize_chunk(id_of(t), in.rows.data(), out.data(), 0, kRows, kRowLength, imatrix);
+      ggml_quantize(t, in.rows.data(), out.data(), imatrix);
       benchmark::DoNotOptimize(out.data());
       benchmark::ClobberMemory();
     }
@@ -196,7 +204,7 @@ void register_dequantize(GgmlType t) {
 
 void register_all() {
   for (GgmlType t : gguf::active_types()) {
-    if (gguf::can_encode(t) && ggml_quantizes(t)) {
+    if (gguf::can_encode(t)) {
       if (!gguf::requires_importance(t)) register_quantize(t, false);
       if (gguf::uses_importance(t)) register_quantize(t, true);
     }
