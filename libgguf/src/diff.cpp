@@ -414,28 +414,10 @@ DiffReport diff_sides(const Side& a, const Side& b, bool json_forms, const DiffO
     if (r.stopped_early) return r;
     if (o.paranoid) compare_bytes(pairs, r);
   }
-  for (const TensorDiff& t : r.tensors) {
-    switch (t.change) {
-      case TensorChange::kSame:
-        ++r.counts.same;
-        break;
-      case TensorChange::kOnlyA:
-        ++r.counts.only_a;
-        break;
-      case TensorChange::kOnlyB:
-        ++r.counts.only_b;
-        break;
-      case TensorChange::kShape:
-        ++r.counts.shape;
-        break;
-      case TensorChange::kType:
-        ++r.counts.type;
-        break;
-      case TensorChange::kBytes:
-        ++r.counts.bytes;
-        break;
-    }
-  }
+  // Indexed like TensorChange.
+  uint64_t* const counters[] = {&r.counts.same,  &r.counts.only_a, &r.counts.only_b,
+                                &r.counts.shape, &r.counts.type,   &r.counts.bytes};
+  for (const TensorDiff& t : r.tensors) ++*counters[static_cast<size_t>(t.change)];
   if (r.counts.changed()) r.identical = false;
   if (o.stop_early && !r.identical) {
     r.stopped_early = true;
