@@ -60,21 +60,30 @@ void write_model(const std::string& path, gguf::GgmlType type, int n_tensors, ui
   std::vector<uint8_t> payload(bytes + 32);
   std::vector<float> weights(static_cast<size_t>(kCols * kRows));
   std::vector<float> importance(kCols, 1.0f);
-  for (int i = 0; ok && i < n_tensors; ++i) {
-    if (type == gguf::GgmlType::F16) {
-      for (size_t k = 0; k + 8 <= bytes; k += 8) {
-        const uint64_t w = rng() & 0x3bff3bff3bff3bffull;  // finite halves, |x| < 1
-        std::memcpy(payload.data() + k, &w, 8);
+  try {
+    for (int i = 0; ok && i < n_tensors; ++i) {
+      if (type == gguf::GgmlType::F16) {
+        for (size_t k = 0; k + 8 <= bytes; k += 8) {
+          const uint64_t w = rng() & 0x3bff3bff3bff3bffull;  // finite halves, |x| < 1
+          std::memcpy(payload.data() + k, &w, 8);
+        }
+      } else {
+        for (auto& w : weights) w = normal(rng);
+        gguf::quantize(type, weights, kRows, kCols, importance, std::span(payload).first(bytes));
       }
-    } else {
-      for (auto& w : weights) w = normal(rng);
-      gguf::quantize(type, weights, kRows, kCols, importance, std::span(payload).first(bytes));
+      // Payload sizes here are multiples of 32: no padding between tensors.
+      ok = ::write(fd, payload.data(), bytes) == static_cast<ssize_t>(bytes);
     }
-    // Payload sizes here are multiples of 32: no padding between tensors.
-    ok = ::write(fd, payload.data(), bytes) == static_cast<ssize_t>(bytes);
+  } catch (...) {
+    ::close(fd);
+    std::filesystem::remove(tmp);
+    throw;
   }
   ok = ::close(fd) == 0 && ok;
-  if (!ok) throw gguf::Error(tmp, {}, std::nullopt, "cannot write");
+  if (!ok) {
+    std::filesystem::remove(tmp);
+    throw gguf::Error(tmp, {}, std::nullopt, "cannot write");
+  }
   std::filesystem::rename(tmp, path);
 }
 
