@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "cli_run.h"
 #include "gguf/model.h"
 #include "gguf/plan.h"
 #include "gguf/select.h"
@@ -20,33 +21,7 @@
 
 namespace gguf::splice_test {
 
-// A fresh directory under the system temp dir, removed with everything in it.
-class Scratch {
- public:
-  Scratch() {
-    std::string tmpl = (std::filesystem::temp_directory_path() / "gguf-splice-XXXXXX").string();
-    if (!::mkdtemp(tmpl.data())) throw std::runtime_error("mkdtemp failed");
-    path_ = tmpl;
-  }
-  ~Scratch() {
-    std::error_code ec;
-    std::filesystem::remove_all(path_, ec);
-  }
-  Scratch(const Scratch&) = delete;
-  Scratch& operator=(const Scratch&) = delete;
-  const std::string& path() const { return path_; }
-  std::string file(const std::string& name) const { return path_ + "/" + name; }
-  std::vector<std::string> entries() const {
-    std::vector<std::string> out;
-    for (const auto& e : std::filesystem::directory_iterator(path_))
-      out.push_back(e.path().filename().string());
-    std::sort(out.begin(), out.end());
-    return out;
-  }
-
- private:
-  std::string path_;
-};
+using Scratch = gguf::testing::TempDir;
 
 // 7 layers (layer 0 dense, 1-6 MoE), 4 experts of 256x256: real shapes, small sizes.
 inline MoeSpec fixture_spec() {

@@ -12,40 +12,13 @@
 #include <string>
 #include <vector>
 
+#include "cli_run.h"
 #include "gguf/plan.h"
 #include "gguf/types.h"
 
 namespace gguf::testing {
 
-// A fresh directory under the system temp dir, removed with everything in it.
-class ScratchDir {
- public:
-  ScratchDir() {
-    std::string tmpl = (std::filesystem::temp_directory_path() / "gguf-writer-XXXXXX").string();
-    if (!::mkdtemp(tmpl.data())) throw std::runtime_error("mkdtemp failed");
-    path_ = tmpl;
-  }
-  ~ScratchDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path_, ec);
-  }
-  ScratchDir(const ScratchDir&) = delete;
-  ScratchDir& operator=(const ScratchDir&) = delete;
-
-  const std::string& path() const { return path_; }
-  std::string file(const std::string& name) const { return path_ + "/" + name; }
-  // Names of all entries, sorted (dotfiles included).
-  std::vector<std::string> entries() const {
-    std::vector<std::string> out;
-    for (const auto& e : std::filesystem::directory_iterator(path_))
-      out.push_back(e.path().filename().string());
-    std::sort(out.begin(), out.end());
-    return out;
-  }
-
- private:
-  std::string path_;
-};
+using ScratchDir = TempDir;
 
 // Deterministic pseudo-random bytes (splitmix64), different for each seed.
 inline std::vector<uint8_t> pattern_bytes(uint64_t n, uint64_t seed) {

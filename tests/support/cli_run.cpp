@@ -5,6 +5,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -54,6 +55,14 @@ TempDir::TempDir() {
   std::string tmpl = (std::filesystem::temp_directory_path() / "gguf-test-XXXXXX").string();
   if (!mkdtemp(tmpl.data())) throw std::runtime_error("mkdtemp failed");
   path_ = tmpl;
+}
+
+std::vector<std::string> TempDir::entries() const {
+  std::vector<std::string> out;
+  for (const auto& e : std::filesystem::directory_iterator(path_))
+    out.push_back(e.path().filename().string());
+  std::sort(out.begin(), out.end());
+  return out;
 }
 
 TempDir::~TempDir() {

@@ -19,8 +19,12 @@ class TempDir {
  public:
   TempDir();
   ~TempDir();
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
   const std::string& path() const { return path_; }
   std::string file(const std::string& name) const { return path_ + "/" + name; }
+  // Names of all entries, sorted (dotfiles included).
+  std::vector<std::string> entries() const;
 
  private:
   std::string path_;
