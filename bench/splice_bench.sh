@@ -13,7 +13,13 @@
 # Environment: LAYERS (10: 1 dense + 9 MoE), EXPERTS (40), EMBD (2048), FF (1024) set the
 # size: each routed tensor is EMBD*FF*EXPERTS f16 weights (160 MiB by default, base ~4.3 GiB).
 # RUNS (3) repetitions of each timing, the median is reported. KEEP=1 keeps the files and
-# reuses them on the next run with the same WORK_DIR.
+# reuses them on the next run with the same WORK_DIR. COLD=1 leaves the inputs out of the
+# page cache, so both sides read them from the disk.
+#
+# Both sides start alike: no output file from an earlier run (no unlink to pay for, nothing
+# dirty to flush), every model file evicted from the page cache (posix_fadvise DONTNEED),
+# then only this run's inputs read back in (base and donor for the splice, the spliced
+# file for the copy), so neither side is favoured or squeezed by what the cache holds.
 set -euo pipefail
 
 BUILD=${1:-build}
@@ -71,18 +77,31 @@ run() {
 }
 
 : >"$WORK/times"
-# Warm the page cache once so every timed run reads its inputs from the same place.
 "$SPLICE" "$BASE" --donor "$DONOR" --layers "$FIRST-$LAST" -o "$OUT" --force --no-verify >/dev/null
-# Every timed run starts alike: its output removed (so no run pays for unlinking an old file)
-# and nothing dirty left to flush.
-fresh() { rm -f "$1" && sync; }
+EVICT_PY='
+import os, sys
+for path in sys.argv[1:]:
+    if os.path.exists(path):
+        fd = os.open(path, os.O_RDONLY)
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        os.close(fd)
+'
+# fresh OUTPUT INPUT...: removes OUTPUT, flushes dirty pages, evicts every model file from
+# the page cache, then reads the inputs back in (unless COLD=1).
+fresh() {
+  rm -f "$1"
+  sync
+  python3 -c "$EVICT_PY" "$BASE" "$DONOR" "$OUT" "$COPY"
+  shift
+  [[ ${COLD:-0} == 1 ]] || cat "$@" >/dev/null
+}
 for ((i = 0; i < RUNS; i++)); do
-  fresh "$OUT"
+  fresh "$OUT" "$BASE" "$DONOR"
   run splice "$SPLICE" "$BASE" --donor "$DONOR" --layers "$FIRST-$LAST" -o "$OUT"
-  fresh "$OUT"
+  fresh "$OUT" "$BASE" "$DONOR"
   run splice-noverify "$SPLICE" "$BASE" --donor "$DONOR" --layers "$FIRST-$LAST" -o "$OUT" \
     --no-verify
-  fresh "$COPY"
+  fresh "$COPY" "$OUT"
   run copy python3 -c "$COPY_PY" "$OUT" "$COPY"
 done
 

@@ -6,9 +6,11 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <sys/stat.h>
+#include <tbb/parallel_for.h>
 #include <unistd.h>
 #include <xxhash.h>
 
+#include <algorithm>
 #include <future>
 #include <new>
 #include <unordered_set>
@@ -25,6 +27,7 @@ using detail::Layout;
 using detail::OutputFile;
 
 constexpr uint64_t kCopyExtent = uint64_t{32} << 20;      // per copy_file_range + hash step
+constexpr uint64_t kVerifyPiece = uint64_t{16} << 20;     // read-back hash step
 constexpr uint64_t kParallelHashMin = uint64_t{1} << 20;  // smaller extents hash inline
 constexpr uint64_t kProgressStep = uint64_t{16} << 20;    // report at least this far apart
 constexpr uint64_t kMaxShards = 65535;                    // split.count is a u16
@@ -198,9 +201,14 @@ class Streamer {
     progress(false);
   }
 
-  // Writes t's payload followed by its padding; returns the payload's xxh3.
-  uint64_t payload(const PlanTensor& t, uint64_t padding) {
+  // Writes t's payload at byte `at` of the output, followed by its padding; returns the
+  // payload's xxh3.
+  uint64_t payload(const PlanTensor& t, uint64_t at, uint64_t padding) {
     out_->set_object(tensor_object(t.name));
+    // A writer bug, but one that would put every later payload in the wrong place.
+    if (out_->position() != at)
+      throw error(t, fmt::format("internal error: payload starts at byte {}, layout says {}",
+                                 out_->position(), at));
     hash_.reset();
     std::visit([&](const auto& src) { write(t, src); }, t.source);
     out_->write_zeros(padding);
@@ -344,8 +352,6 @@ std::shared_ptr<const GgufFile> verify_file(const OutputFile& out, const Shard& 
   const auto& ts = f->tensors();
   if (ts.size() != sh.tensors.size())
     fail({}, fmt::format("{} tensors, wrote {}", ts.size(), sh.tensors.size()));
-  std::vector<uint8_t> buf;
-  Xxh3 hash;
   for (size_t i = 0; i < ts.size(); ++i) {
     const PlanTensor& want = *sh.tensors[i];
     const TensorInfo& got = ts[i];
@@ -359,32 +365,32 @@ std::shared_ptr<const GgufFile> verify_file(const OutputFile& out, const Shard& 
     if (got.offset != sh.layout.offsets[i] || got.bytes != want.bytes)
       fail(object, fmt::format("offset/size read back as {}/{}, wrote {}/{}", got.offset,
                                got.bytes.value_or(0), sh.layout.offsets[i], want.bytes));
-    // pread through a small buffer keeps memory bounded for any file size.
+  }
+  // The payloads are read back on all cores, largest first, through the reader's mapping of
+  // the written file (page-cached: no copy), in pieces released once hashed so memory stays
+  // bounded. The first failing tensor in file order is reported.
+  std::vector<size_t> order(ts.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(),
+                   [&](size_t x, size_t y) { return sh.tensors[x]->bytes > sh.tensors[y]->bytes; });
+  std::vector<std::string> problems(ts.size());
+  const ByteSource& src = f->source();
+  tbb::parallel_for(size_t{0}, order.size(), [&](size_t k) {
+    const size_t i = order[k];
+    const uint64_t size = sh.tensors[i]->bytes, start = f->data_start(ts[i]);
+    Xxh3 hash;
     hash.reset();
-    const int fd = f->source().fd();
-    const uint64_t start = f->data_start(got);
-    for (uint64_t done = 0; done < want.bytes;) {
-      const uint64_t n = std::min(detail::kIoChunk, want.bytes - done);
-      std::span<const uint8_t> piece;
-      if (fd >= 0) {
-        buf.resize(static_cast<size_t>(n));
-        const ssize_t k =
-            ::pread(fd, buf.data(), static_cast<size_t>(n), static_cast<off_t>(start + done));
-        if (k < 0 && errno == EINTR) continue;
-        if (k <= 0)
-          fail(object, fmt::format("cannot read back: {}",
-                                   k < 0 ? detail::errno_text(errno) : "unexpected end of file"));
-        piece = {buf.data(), static_cast<size_t>(k)};
-      } else {
-        piece = f->source().bytes(start + done, n);
-      }
-      hash.update(piece);
-      done += piece.size();
+    for (uint64_t done = 0; done < size; done += kVerifyPiece) {
+      const uint64_t n = std::min(kVerifyPiece, size - done);
+      hash.update(src.bytes(start + done, n));
+      src.release(start + done, n);
     }
     if (hash.digest() != hashes[i])
-      fail(object, fmt::format("payload reads back with xxh3 {:016x}, wrote {:016x}", hash.digest(),
-                               hashes[i]));
-  }
+      problems[i] = fmt::format("payload reads back with xxh3 {:016x}, wrote {:016x}",
+                                hash.digest(), hashes[i]);
+  });
+  for (size_t i = 0; i < ts.size(); ++i)
+    if (!problems[i].empty()) fail(tensor_object(sh.tensors[i]->name), problems[i]);
   return f;
 }
 
@@ -408,6 +414,7 @@ WriteResult write_impl(const Plan& plan, const std::string& path, const WriteOpt
   try {
     Streamer streamer(o, total);
     std::vector<std::vector<uint64_t>> hashes(shards.size());
+    std::vector<std::shared_ptr<const GgufFile>> files;  // verified shards
     uint64_t base_bytes = 0;
     for (size_t s = 0; s < shards.size(); ++s) {
       const Shard& sh = shards[s];
@@ -421,7 +428,8 @@ WriteResult write_impl(const Plan& plan, const std::string& path, const WriteOpt
         const uint64_t next = i + 1 < sh.tensors.size()
                                   ? sh.layout.data_offset + sh.layout.offsets[i + 1]
                                   : sh.layout.file_size;
-        hashes[s].push_back(streamer.payload(t, next - end));
+        hashes[s].push_back(
+            streamer.payload(t, sh.layout.data_offset + sh.layout.offsets[i], next - end));
         result.tensors.push_back(
             {t.name, s, sh.layout.data_offset + sh.layout.offsets[i], t.bytes, hashes[s].back()});
       }
@@ -430,14 +438,24 @@ WriteResult write_impl(const Plan& plan, const std::string& path, const WriteOpt
         throw Error(sh.path, {}, std::nullopt,
                     fmt::format("internal error: wrote {} bytes, layout needs {}", out.position(),
                                 sh.layout.file_size));
-      out.finish();
+      if (o.verify) {
+        // The read-back reads the page cache either way, so it runs while fsync waits for
+        // the disk rather than after it.
+        auto synced = std::async(std::launch::async, [&out] { out.finish(); });
+        try {
+          files.push_back(verify_file(out, sh, plan.version, hashes[s]));
+        } catch (...) {
+          synced.wait();
+          throw;
+        }
+        synced.get();
+      } else {
+        out.finish();
+      }
       base_bytes += sh.layout.file_size;
     }
     streamer.finish();
     if (o.verify) {
-      std::vector<std::shared_ptr<const GgufFile>> files;
-      for (size_t s = 0; s < shards.size(); ++s)
-        files.push_back(verify_file(*outs[s], shards[s], plan.version, hashes[s]));
       try {
         Model::from_files(std::move(files));
       } catch (const Error& e) {
