@@ -221,8 +221,7 @@ TEST(diff_cli, golden_json) {
           8
         ],
         "type": "f32",
-        "type_id": 0,
-        "xxh3": "85b0df1e7b67f3e8"
+        "type_id": 0
       },
       "b": {
         "bytes": 256,
@@ -231,8 +230,7 @@ TEST(diff_cli, golden_json) {
           8
         ],
         "type": "f32",
-        "type_id": 0,
-        "xxh3": "6c7f9e8831873250"
+        "type_id": 0
       },
       "change": "bytes",
       "layer": 0,
@@ -254,7 +252,10 @@ TEST(diff_cli, golden_json) {
   ]
 }
 )json");
-  EXPECT_NO_THROW((void)nlohmann::json::parse(r.out));
+  EXPECT_NO_THROW({
+    const auto doc = nlohmann::json::parse(r.out);
+    (void)doc;
+  });
 }
 
 TEST(diff_cli, quiet_prints_nothing_and_exits_1) {
@@ -364,10 +365,12 @@ TEST(diff_cli, imatrix_and_reference) {
   const auto doc = nlohmann::json::parse(r.out);
   ASSERT_EQ(doc["tensors"].size(), 1u);
   const auto& t = doc["tensors"][0];
-  EXPECT_NEAR(t["metrics"]["weighted_rel"].get<double>(), std::sqrt(wd2 / wb2), 1e-12);
+  EXPECT_NEAR(t["metrics"]["weighted_rel"].get<double>(), std::sqrt(wd2 / wb2),
+              1e-6 * std::sqrt(wd2 / wb2));
   EXPECT_EQ(t["reference"]["closer"], "a");
   EXPECT_EQ(t["reference"]["a"]["rmse"], 0.0);
-  EXPECT_NEAR(t["reference"]["b"]["weighted_rel"].get<double>(), std::sqrt(wd2 / wb2), 1e-12);
+  EXPECT_NEAR(t["reference"]["b"]["weighted_rel"].get<double>(), std::sqrt(wd2 / wb2),
+              1e-6 * std::sqrt(wd2 / wb2));
   EXPECT_EQ(doc["summary"]["by_layer"][0]["reference"]["closer_a"], 1);
 }
 

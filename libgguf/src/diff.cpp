@@ -232,6 +232,29 @@ void compare_bytes(const std::vector<HashPair>& pairs, DiffReport& report) {
   });
 }
 
+// With --values or --reference the differing tensors are decoded anyway, so equal type and
+// shape pairs are classified by comparing their bytes, which stops at the first difference,
+// instead of hashing both in full (no xxh3 is then reported for them).
+void classify_by_bytes(const std::vector<HashPair>& pairs, DiffReport& report) {
+  std::vector<size_t> order(pairs.size());
+  for (size_t p = 0; p < order.size(); ++p) order[p] = p;
+  std::stable_sort(order.begin(), order.end(), [&](size_t x, size_t y) {
+    return pairs[x].a->ref->data().size() > pairs[y].a->ref->data().size();
+  });
+  tbb::parallel_for(size_t{0}, order.size(), [&](size_t k) {
+    const HashPair& p = pairs[order[k]];
+    const auto x = p.a->ref->data(), y = p.b->ref->data();
+    constexpr size_t kChunk = size_t{1} << 20;
+    for (size_t off = 0; off < x.size(); off += kChunk) {
+      const size_t n = std::min(kChunk, x.size() - off);
+      if (std::memcmp(x.data() + off, y.data() + off, n) != 0) {
+        report.tensors[p.diff].change = TensorChange::kBytes;
+        return;
+      }
+    }
+  });
+}
+
 std::optional<std::string> decode_problem(const std::vector<uint32_t>& types) {
   for (uint32_t id : types) {
     const TypeTraits* tr = sized_type(id);
@@ -410,9 +433,14 @@ DiffReport diff_sides(const Side& a, const Side& b, bool json_forms, const DiffO
       o.threads ? o.threads : std::max(1u, std::thread::hardware_concurrency());
   {
     tbb::global_control limit(tbb::global_control::max_allowed_parallelism, threads);
-    hash_pairs(pairs, r, o);
-    if (r.stopped_early) return r;
-    if (o.paranoid) compare_bytes(pairs, r);
+    // (A manifest side has no bytes, but diff_manifest refuses --values and --reference.)
+    if ((o.values || o.reference) && !o.stop_early) {
+      classify_by_bytes(pairs, r);
+    } else {
+      hash_pairs(pairs, r, o);
+      if (r.stopped_early) return r;
+      if (o.paranoid) compare_bytes(pairs, r);
+    }
   }
   // Indexed like TensorChange.
   uint64_t* const counters[] = {&r.counts.same,  &r.counts.only_a, &r.counts.only_b,

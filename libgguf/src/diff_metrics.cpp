@@ -1,6 +1,7 @@
 // The numeric half of gguf-diff: decode row chunks of two (or three) tensors and pool their
 // error sums in double, optionally weighted per column by an importance matrix.
 #include <fmt/format.h>
+#include <immintrin.h>
 #include <tbb/enumerable_thread_specific.h>
 #include <tbb/global_control.h>
 #include <tbb/parallel_for.h>
@@ -77,11 +78,11 @@ struct Sums {
   double d2 = 0, b2 = 0, x2 = 0, dot = 0, mx = 0, w = 0, wd2 = 0, wb2 = 0;
 };
 
-// Independent lanes let the compiler keep several vector accumulators without reassociating
-// (no -ffast-math); the variants below instantiate it for wider vectors where the CPU has them.
+// The reference kernel: every product and sum in double. Independent lanes let the compiler
+// keep several vector accumulators without reassociating (no -ffast-math).
 template <bool kWeighted, size_t kLanes>
-__attribute__((always_inline)) inline Sums lane_sums(const float* base, const float* x, size_t n,
-                                                     const float* w) {
+__attribute__((always_inline)) inline Sums double_sums(const float* base, const float* x, size_t n,
+                                                       const float* w) {
   double d2[kLanes] = {}, b2[kLanes] = {}, x2[kLanes] = {}, mx[kLanes] = {}, dot[kLanes] = {};
   double sw[kLanes] = {}, wd2[kLanes] = {}, wb2[kLanes] = {};
   size_t i = 0;
@@ -128,27 +129,193 @@ __attribute__((always_inline)) inline Sums lane_sums(const float* base, const fl
   return s;
 }
 
-// The sums are bound by floating-point throughput: 16 lanes fill the 32 zmm registers of
-// AVX-512 without spilling, 8 the 16 ymm registers of AVX2; both contract into FMAs.
+// The end of a float kernel: elements i..n (less than a block) summed in double, and the
+// dot product derived from the sums of squares.
+template <bool kWeighted>
+Sums finish_float_sums(Sums s, const float* base, const float* x, size_t i, size_t n,
+                       const float* w) {
+  if (i < n) {
+    const Sums t = double_sums<kWeighted, 1>(base + i, x + i, n - i, w ? w + i : nullptr);
+    s.d2 += t.d2;
+    s.b2 += t.b2;
+    s.x2 += t.x2;
+    s.mx = std::max(s.mx, t.mx);
+    s.w += t.w;
+    s.wd2 += t.wd2;
+    s.wb2 += t.wb2;
+  }
+  s.dot = (s.b2 + s.x2 - s.d2) / 2;
+  return s;
+}
+
+// The fast kernel, which keeps --values close to the speed of decoding: products and short
+// sums in float (twice the lanes of double, no conversions), each lane's float partial added
+// into a double accumulator every 16 terms, so the rounding error stays near that of 16
+// float additions (relative 1e-6 at worst, a few 1e-7 typically) whatever the tensor size.
+// The dot product is not summed: it follows from the others, (|a|^2 + |b|^2 - |b-a|^2) / 2.
+// Chunks where float squares would underflow or overflow go to double_sums (see below).
+template <bool kWeighted, size_t kLanes>
+__attribute__((always_inline)) inline Sums float_sums(const float* base, const float* x, size_t n,
+                                                      const float* w) {
+  constexpr size_t kTerms = 16;  // per lane between flushes into double
+  constexpr size_t kBlock = kLanes * kTerms;
+  double D2[kLanes] = {}, B2[kLanes] = {}, X2[kLanes] = {};
+  double W[kLanes] = {}, WD2[kLanes] = {}, WB2[kLanes] = {};
+  float mx[kLanes] = {};
+  size_t i = 0;
+  for (; i + kBlock <= n; i += kBlock) {
+    float d2[kLanes] = {}, b2[kLanes] = {}, x2[kLanes] = {};
+    float sw[kLanes] = {}, wd2[kLanes] = {}, wb2[kLanes] = {};
+    for (size_t k = 0; k < kBlock; k += kLanes) {
+      for (size_t j = 0; j < kLanes; ++j) {
+        const float a = base[i + k + j], b = x[i + k + j], d = b - a, ad = std::fabs(d);
+        d2[j] += d * d;
+        b2[j] += a * a;
+        x2[j] += b * b;
+        mx[j] = ad > mx[j] ? ad : mx[j];
+        if constexpr (kWeighted) {
+          const float wt = w[i + k + j], wdd = wt * d, wa = wt * a;
+          sw[j] += wt;
+          wd2[j] += wdd * d;
+          wb2[j] += wa * a;
+        }
+      }
+    }
+    for (size_t j = 0; j < kLanes; ++j) {
+      D2[j] += d2[j];
+      B2[j] += b2[j];
+      X2[j] += x2[j];
+      if constexpr (kWeighted) {
+        W[j] += sw[j];
+        WD2[j] += wd2[j];
+        WB2[j] += wb2[j];
+      }
+    }
+  }
+  Sums s;
+  for (size_t j = 0; j < kLanes; ++j) {
+    s.d2 += D2[j];
+    s.b2 += B2[j];
+    s.x2 += X2[j];
+    s.mx = std::max(s.mx, static_cast<double>(mx[j]));
+    s.w += W[j];
+    s.wd2 += WD2[j];
+    s.wb2 += WB2[j];
+  }
+  return finish_float_sums<kWeighted>(s, base, x, i, n, w);
+}
+
+// Float squares lose precision below 2^-126 and overflow above 2^128. A chunk is summed in
+// double instead when its values are that small (mean square under 2^-100: all-zero rows
+// included), their differences are (largest |b - a| under 2^-60), or, with weights, the
+// weighted squares are; and when a sum is not finite (see accumulate_with).
+bool float_sums_are_exact_enough(const Sums& s, size_t n, bool weighted) {
+  const double tiny = std::ldexp(static_cast<double>(n), -100);
+  if (!(s.b2 >= tiny && s.x2 >= tiny)) return false;
+  if (s.mx != 0 && (s.mx < std::ldexp(1.0, -60) || (weighted && s.wd2 < tiny))) return false;
+  return !weighted || s.wb2 >= tiny;
+}
+
 using SumsFn = Sums (*)(const float*, const float*, size_t, const float*);
 
-__attribute__((target("avx512f,avx512dq,avx512vl,avx2,fma,prefer-vector-width=512"))) Sums
-sums_avx512(const float* base, const float* x, size_t n, const float* w) {
-  return w ? lane_sums<true, 16>(base, x, n, w) : lane_sums<false, 16>(base, x, n, nullptr);
+Sums sums_double(const float* base, const float* x, size_t n, const float* w) {
+  return w ? double_sums<true, 8>(base, x, n, w) : double_sums<false, 8>(base, x, n, nullptr);
 }
+
+// AVX-512 by hand: the compiler's version of float_sums spills its accumulators. Four zmm
+// per sum give enough independent FMA chains to hide their latency; VRANGEPS takes the
+// larger magnitude in one instruction. Same arithmetic as float_sums: 16 float terms per
+// lane, the four registers of a sum added pairwise, then widened into double.
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx512dq,avx512vl,avx2,fma")
+// Adds the 16 floats of f, widened, into the 16 doubles of `into`.
+inline void widen_into(__m512 f, double* into) {
+  alignas(64) float lanes[16];
+  _mm512_store_ps(lanes, f);
+  for (size_t j = 0; j < 16; ++j) into[j] += lanes[j];
+}
+
+// The four registers of one sum, added pairwise.
+inline __m512 fold4(const __m512* v) {
+  return _mm512_add_ps(_mm512_add_ps(v[0], v[1]), _mm512_add_ps(v[2], v[3]));
+}
+
+inline double total(const double* v) {
+  double sum = 0;
+  for (size_t j = 0; j < 16; ++j) sum += v[j];
+  return sum;
+}
+
+template <bool kWeighted>
+Sums avx512_sums(const float* base, const float* x, size_t n, const float* w) {
+  constexpr size_t kVec = 16, kUnroll = 4, kStep = kVec * kUnroll, kBlock = kStep * 16;
+  alignas(64) double D[6][16] = {};  // one double per float lane, for each sum
+  __m512 mx[kUnroll];
+  for (auto& m : mx) m = _mm512_setzero_ps();
+  size_t i = 0;
+  for (; i + kBlock <= n; i += kBlock) {
+    __m512 d2[kUnroll], b2[kUnroll], x2[kUnroll], sw[kUnroll], wd2[kUnroll], wb2[kUnroll];
+    for (size_t u = 0; u < kUnroll; ++u)
+      d2[u] = b2[u] = x2[u] = sw[u] = wd2[u] = wb2[u] = _mm512_setzero_ps();
+    for (size_t k = i; k < i + kBlock; k += kStep) {
+      for (size_t u = 0; u < kUnroll; ++u) {
+        const __m512 a = _mm512_loadu_ps(base + k + u * kVec);
+        const __m512 b = _mm512_loadu_ps(x + k + u * kVec);
+        const __m512 d = _mm512_sub_ps(b, a);
+        d2[u] = _mm512_fmadd_ps(d, d, d2[u]);
+        b2[u] = _mm512_fmadd_ps(a, a, b2[u]);
+        x2[u] = _mm512_fmadd_ps(b, b, x2[u]);
+        mx[u] = _mm512_range_ps(mx[u], d, 0x0B);  // max |.|, sign cleared
+        if constexpr (kWeighted) {
+          const __m512 wt = _mm512_loadu_ps(w + k + u * kVec);
+          sw[u] = _mm512_add_ps(sw[u], wt);
+          wd2[u] = _mm512_fmadd_ps(_mm512_mul_ps(wt, d), d, wd2[u]);
+          wb2[u] = _mm512_fmadd_ps(_mm512_mul_ps(wt, a), a, wb2[u]);
+        }
+      }
+    }
+    widen_into(fold4(d2), D[0]);
+    widen_into(fold4(b2), D[1]);
+    widen_into(fold4(x2), D[2]);
+    if constexpr (kWeighted) {
+      widen_into(fold4(sw), D[3]);
+      widen_into(fold4(wd2), D[4]);
+      widen_into(fold4(wb2), D[5]);
+    }
+  }
+  Sums s;
+  s.d2 = total(D[0]);
+  s.b2 = total(D[1]);
+  s.x2 = total(D[2]);
+  s.w = total(D[3]);
+  s.wd2 = total(D[4]);
+  s.wb2 = total(D[5]);
+  for (const __m512& m : mx) {
+    alignas(64) float lanes[16];
+    _mm512_store_ps(lanes, m);
+    for (float l : lanes) s.mx = std::max(s.mx, static_cast<double>(l));
+  }
+  return finish_float_sums<kWeighted>(s, base, x, i, n, w);
+}
+
+Sums sums_avx512(const float* base, const float* x, size_t n, const float* w) {
+  return w ? avx512_sums<true>(base, x, n, w) : avx512_sums<false>(base, x, n, nullptr);
+}
+#pragma GCC pop_options
 
 __attribute__((target("avx2,fma"))) Sums sums_avx2(const float* base, const float* x, size_t n,
                                                    const float* w) {
-  return w ? lane_sums<true, 8>(base, x, n, w) : lane_sums<false, 8>(base, x, n, nullptr);
+  return w ? float_sums<true, 32>(base, x, n, w) : float_sums<false, 32>(base, x, n, nullptr);
 }
 
-Sums sums_baseline(const float* base, const float* x, size_t n, const float* w) {
-  return w ? lane_sums<true, 8>(base, x, n, w) : lane_sums<false, 8>(base, x, n, nullptr);
+Sums sums_float(const float* base, const float* x, size_t n, const float* w) {
+  return w ? float_sums<true, 16>(base, x, n, w) : float_sums<false, 16>(base, x, n, nullptr);
 }
 
-// The kernels this CPU can run, plainest first; the last is the one used.
+// The kernels this CPU can run: the double reference first, then the fast float kernels,
+// plainest first; the last is the one used.
 std::vector<SumsFn> usable_sums() {
-  std::vector<SumsFn> out = {sums_baseline};
+  std::vector<SumsFn> out = {sums_double, sums_float};
   __builtin_cpu_init();
   if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) out.push_back(sums_avx2);
   if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") &&
@@ -197,13 +364,15 @@ void accumulate(const float* base, const float* x, size_t n, const float* w, Err
 void accumulate_with(size_t kernel, const float* base, const float* x, size_t n, const float* w,
                      ErrorMetrics& m) {
   if (w) m.weighted = true;
-  const Sums s = kernels().at(kernel)(base, x, n, w);
-  // Squares of non-finite inputs are non-finite, and squares of finite floats cannot overflow
-  // a double, so these two sums tell whether the chunk needs the careful path.
-  if (!std::isfinite(s.b2 + s.x2)) {
+  Sums s = kernels().at(kernel)(base, x, n, w);
+  // Squares of non-finite inputs are non-finite (so are float squares and differences that
+  // overflow), so these sums tell whether the chunk needs the careful path.
+  if (!std::isfinite(s.b2 + s.x2 + s.d2)) {
     accumulate_checked(base, x, n, w, m);
     return;
   }
+  if (kernel != 0 && !float_sums_are_exact_enough(s, n, w != nullptr))
+    s = sums_double(base, x, n, w);
   m.count += n;
   m.sum_sq_diff += s.d2;
   m.sum_sq_base += s.b2;
@@ -218,10 +387,11 @@ void accumulate_with(size_t kernel, const float* base, const float* x, size_t n,
 namespace {
 
 // A work item covers about 1M elements (enough to amortise scheduling); within it, rows are
-// decoded and measured in slices of about 32K elements, so that the decoded floats of all
-// sides are still in L2 when the sums read them. Memory: threads x 3 slice buffers.
+// decoded and measured in slices of about 4K elements (at least a row), so that the decoded
+// floats of both sides are still in L1 when the sums read them (the sums are bound by cache
+// bandwidth from L2). Memory: threads x 3 slice buffers.
 constexpr uint64_t kChunkElements = uint64_t{1} << 20;
-constexpr uint64_t kSliceElements = uint64_t{1} << 15;
+constexpr uint64_t kSliceElements = uint64_t{1} << 12;
 
 struct Item {
   size_t job;
