@@ -226,17 +226,18 @@ Sums sums_double(const float* base, const float* x, size_t n, const float* w) {
 // per sum give enough independent FMA chains to hide their latency; VRANGEPS takes the
 // larger magnitude in one instruction. Same arithmetic as float_sums: 16 float terms per
 // lane, the four registers of a sum added pairwise, then widened into double.
-#pragma GCC push_options
-#pragma GCC target("avx512f,avx512dq,avx512vl,avx2,fma")
+// Every function that touches a zmm register carries the target (GCC and clang alike).
+#define GGUF_AVX512 __attribute__((target("avx512f,avx512dq,avx512vl,avx2,fma")))
+
 // Adds the 16 floats of f, widened, into the 16 doubles of `into`.
-inline void widen_into(__m512 f, double* into) {
+GGUF_AVX512 inline void widen_into(__m512 f, double* into) {
   alignas(64) float lanes[16];
   _mm512_store_ps(lanes, f);
   for (size_t j = 0; j < 16; ++j) into[j] += lanes[j];
 }
 
 // The four registers of one sum, added pairwise.
-inline __m512 fold4(const __m512* v) {
+GGUF_AVX512 inline __m512 fold4(const __m512* v) {
   return _mm512_add_ps(_mm512_add_ps(v[0], v[1]), _mm512_add_ps(v[2], v[3]));
 }
 
@@ -247,7 +248,7 @@ inline double total(const double* v) {
 }
 
 template <bool kWeighted>
-Sums avx512_sums(const float* base, const float* x, size_t n, const float* w) {
+GGUF_AVX512 Sums avx512_sums(const float* base, const float* x, size_t n, const float* w) {
   constexpr size_t kVec = 16, kUnroll = 4, kStep = kVec * kUnroll, kBlock = kStep * 16;
   alignas(64) double D[6][16] = {};  // one double per float lane, for each sum
   __m512 mx[kUnroll];
@@ -298,10 +299,10 @@ Sums avx512_sums(const float* base, const float* x, size_t n, const float* w) {
   return finish_float_sums<kWeighted>(s, base, x, i, n, w);
 }
 
-Sums sums_avx512(const float* base, const float* x, size_t n, const float* w) {
+GGUF_AVX512 Sums sums_avx512(const float* base, const float* x, size_t n, const float* w) {
   return w ? avx512_sums<true>(base, x, n, w) : avx512_sums<false>(base, x, n, nullptr);
 }
-#pragma GCC pop_options
+#undef GGUF_AVX512
 
 __attribute__((target("avx2,fma"))) Sums sums_avx2(const float* base, const float* x, size_t n,
                                                    const float* w) {
