@@ -91,8 +91,9 @@ TEST(requant, router_norms_and_1d_tensors_are_never_encoded) {
   for (const auto& row : r.rows) {
     if (row.name.find("ffn_gate_inp") != std::string::npos ||
         row.name.find("norm") != std::string::npos ||
-        row.name.find("exp_probs_b") != std::string::npos)
+        row.name.find("exp_probs_b") != std::string::npos) {
       EXPECT_EQ(row.action, "copy") << row.name;
+    }
   }
 }
 

@@ -2,8 +2,9 @@
 // failure (a throwing producer, a full device, a corrupted write, a killed process) nothing
 // appears at the output path.
 //
-// A process killed mid-write cannot clean up: its temp file ".<name>.tmp.XXXXXX" stays in the
-// output directory (a dotfile, never the output path itself).
+// The output is written to an unnamed file (O_TMPFILE) that gets its temp name
+// ".<name>.tmp.XXXXXX" only once written and synced, so a process killed mid-write leaves
+// nothing behind.
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <gmock/gmock.h>
@@ -12,6 +13,7 @@
 #include <signal.h>
 #include <sys/mount.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -258,22 +260,21 @@ TEST(writer, killed_writer_leaves_no_output) {
     }
     ::_exit(0);
   }
-  // Wait until the temp file holds some payload, then kill the writer.
-  std::string temp;
-  for (int i = 0; i < 1000 && temp.empty(); ++i) {
-    for (const auto& name : dir.entries())
-      if (name.rfind(".out.gguf.tmp.", 0) == 0 &&
-          std::filesystem::file_size(dir.file(name)) > (uint64_t{8} << 20))
-        temp = name;
+  // Wait until the (unnamed) output holds some payload, then kill the writer.
+  bool going = false;
+  for (int i = 0; i < 1000 && !going; ++i) {
+    const std::string open = testing::open_file_in(pid, dir.path());
+    struct stat st {};
+    going = !open.empty() && ::stat(open.c_str(), &st) == 0 && st.st_size > (int64_t{8} << 20);
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   ::kill(pid, SIGKILL);
   int status = 0;
   ::waitpid(pid, &status, 0);
-  ASSERT_FALSE(temp.empty()) << "the writer never got going";
+  ASSERT_TRUE(going) << "the writer never got going";
   ASSERT_TRUE(WIFSIGNALED(status));
   EXPECT_FALSE(std::filesystem::exists(out));
-  EXPECT_EQ(dir.entries(), std::vector<std::string>{temp});  // the documented leftover
+  EXPECT_EQ(dir.entries(), std::vector<std::string>{});  // not even a temp file
 }
 
 // Flips one byte of the temp file once everything is written (the final progress call comes
@@ -283,12 +284,11 @@ std::string corrupt_and_write(const Plan& plan, const std::string& path, uint64_
   WriteOptions o;
   o.progress = [&](uint64_t done, uint64_t total) {
     if (done != total) return;
-    for (const auto& name : dir.entries())
-      if (name.rfind(".out.gguf.tmp.", 0) == 0) {
-        const int fd = ::open(dir.file(name).c_str(), O_WRONLY);
-        EXPECT_EQ(::pwrite(fd, &value, 1, static_cast<off_t>(at)), 1);
-        ::close(fd);
-      }
+    const std::string open = testing::open_file_in(0, dir.path());
+    ASSERT_FALSE(open.empty());
+    const int fd = ::open(open.c_str(), O_WRONLY);
+    EXPECT_EQ(::pwrite(fd, &value, 1, static_cast<off_t>(at)), 1);
+    ::close(fd);
   };
   return error_of(plan, path, o);
 }

@@ -487,7 +487,9 @@ TEST(writer, splits_by_size) {
   check_split_set(plan, r2, r2.paths.size());
   for (const auto& p : r2.paths) {
     const auto f = GgufFile::open(p);
-    if (f->file_size() > 1024) EXPECT_EQ(f->tensors().size(), 1u) << p;
+    if (f->file_size() > 1024) {
+      EXPECT_EQ(f->tensors().size(), 1u) << p;
+    }
   }
 }
 

@@ -1,5 +1,6 @@
-// The writer's output file: a temp file beside the final path, written with plain write()
-// and copy_file_range(), fsync'd, then renamed into place; removed on any failure.
+// The writer's output file: an unnamed file (O_TMPFILE) in the final path's directory, or a
+// named temp file where that is not supported, written with plain write() and
+// copy_file_range(), fsync'd, named, then renamed into place; removed on any failure.
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <sys/stat.h>
@@ -35,11 +36,26 @@ std::string parent_dir(const std::string& path) {
 
 }  // namespace
 
-OutputFile::OutputFile(std::string final_path) : final_(std::move(final_path)) {
-  const std::filesystem::path p(final_);
-  // Keep the temp name within NAME_MAX whatever the length of the final name.
+// The temp name pattern beside the final path, within NAME_MAX whatever the final name's length.
+std::string temp_pattern(const std::string& final_path) {
+  const std::filesystem::path p(final_path);
   const std::string base = p.filename().string().substr(0, 200);
-  temp_ = (p.parent_path() / ("." + base + ".tmp.XXXXXX")).string();
+  return (p.parent_path() / ("." + base + ".tmp.XXXXXX")).string();
+}
+
+OutputFile::OutputFile(std::string final_path) : final_(std::move(final_path)) {
+  // Preferably an unnamed file (O_TMPFILE): a process killed while writing leaves nothing
+  // behind. It gets its temp name only once written and synced (see finish()). Linking it
+  // needs /proc (linkat with AT_EMPTY_PATH would need a capability).
+  fd_ = ::open(parent_dir(final_).c_str(), O_TMPFILE | O_RDWR | O_CLOEXEC, 0666);
+  if (fd_ >= 0) {
+    proc_ = fmt::format("/proc/self/fd/{}", fd_);
+    if (::access(proc_.c_str(), F_OK) == 0) return;  // the mode is 0666 less the umask
+    ::close(fd_);
+    proc_.clear();
+  }
+  // File systems without O_TMPFILE: a named temp file from the start.
+  temp_ = temp_pattern(final_);
   fd_ = ::mkostemp(temp_.data(), O_CLOEXEC);
   if (fd_ < 0)
     throw Error(final_, {}, std::nullopt,
@@ -114,9 +130,28 @@ uint64_t OutputFile::copy_range(int src_fd, const std::string& src_name, uint64_
   return done;
 }
 
+// Links the anonymous file to a fresh temp name (linkat cannot replace, so a name taken in
+// the meantime is simply skipped).
+void OutputFile::name_temp() {
+  for (int attempt = 0; attempt < 1000; ++attempt) {
+    std::string name = temp_pattern(final_);
+    const int probe = ::mkostemp(name.data(), O_CLOEXEC);  // picks an unused name ...
+    if (probe < 0) fail("cannot name the temporary file", errno);
+    ::close(probe);
+    ::unlink(name.c_str());  // ... which the link then takes
+    if (::linkat(AT_FDCWD, proc_.c_str(), AT_FDCWD, name.c_str(), AT_SYMLINK_FOLLOW) == 0) {
+      temp_ = std::move(name);
+      return;
+    }
+    if (errno != EEXIST) fail("cannot name the temporary file", errno);
+  }
+  fail("cannot name the temporary file", EEXIST);
+}
+
 void OutputFile::finish() {
   object_.clear();
   if (::fsync(fd_) != 0) fail("fsync failed", errno);
+  if (temp_.empty()) name_temp();
   const int fd = fd_;
   fd_ = -1;
   // close() can report a deferred write error (e.g. on NFS).
@@ -145,7 +180,11 @@ void OutputFile::commit(bool replace) {
 void OutputFile::remove() noexcept {
   if (removed_) return;
   removed_ = true;
-  ::unlink(committed_ ? final_.c_str() : temp_.c_str());
+  // An anonymous file goes away with its descriptor.
+  if (committed_)
+    ::unlink(final_.c_str());
+  else if (!temp_.empty())
+    ::unlink(temp_.c_str());
 }
 
 void sync_parent_directory(const std::string& path) {

@@ -1,6 +1,7 @@
 // write_plan: validation, shard assignment, refusal of unsafe output paths, streaming of the
 // payloads into temp files (hashing each with xxh3), read-back verification, then rename.
-// A process killed mid-write leaves its ".<name>.tmp.XXXXXX" file, never a partial output.
+// A process killed mid-write leaves no partial output: the file is unnamed (O_TMPFILE) until
+// written and synced; where O_TMPFILE is missing, its ".<name>.tmp.XXXXXX" file stays.
 #include "gguf/writer.h"
 
 #include <fmt/format.h>
@@ -317,17 +318,21 @@ class Streamer {
   }
 };
 
-// Re-opens a written file through the validated reader and compares it with the plan.
-std::shared_ptr<const GgufFile> verify_file(const OutputFile& out, const Shard& sh,
-                                            uint32_t version, std::span<const uint64_t> hashes) {
-  std::shared_ptr<const GgufFile> f;
+// Re-opens a written file through the validated reader (its own descriptor and mapping, so
+// it stays readable while the writer's descriptor is synced and closed).
+std::shared_ptr<const GgufFile> open_written(const OutputFile& out) {
   try {
-    f = GgufFile::open(out.temp_path());
+    return GgufFile::open(out.temp_path());
   } catch (const Error& e) {
     throw Error(
         out.path(), e.object(), e.offset(),
         fmt::format("verification failed: the written file does not parse: {}", e.message()));
   }
+}
+
+// Compares a re-opened written file with the plan.
+void verify_file(const OutputFile& out, const GgufFile* f, const Shard& sh, uint32_t version,
+                 std::span<const uint64_t> hashes) {
   auto fail = [&](std::string object, std::string msg) {
     throw Error(out.path(), std::move(object), std::nullopt,
                 fmt::format("verification failed: {}", msg));
@@ -391,7 +396,6 @@ std::shared_ptr<const GgufFile> verify_file(const OutputFile& out, const Shard& 
   });
   for (size_t i = 0; i < ts.size(); ++i)
     if (!problems[i].empty()) fail(tensor_object(sh.tensors[i]->name), problems[i]);
-  return f;
 }
 
 WriteResult write_impl(const Plan& plan, const std::string& path, const WriteOptions& o) {
@@ -441,9 +445,10 @@ WriteResult write_impl(const Plan& plan, const std::string& path, const WriteOpt
       if (o.verify) {
         // The read-back reads the page cache either way, so it runs while fsync waits for
         // the disk rather than after it.
+        files.push_back(open_written(out));
         auto synced = std::async(std::launch::async, [&out] { out.finish(); });
         try {
-          files.push_back(verify_file(out, sh, plan.version, hashes[s]));
+          verify_file(out, files.back().get(), sh, plan.version, hashes[s]);
         } catch (...) {
           synced.wait();
           throw;

@@ -55,10 +55,11 @@ std::vector<uint8_t> encode_header(const Metadata& metadata, uint32_t version,
 // strerror(err) with a lower-case first letter, as gguf::Error messages are spelled.
 std::string errno_text(int err);
 
-// A temp file (".<name>.tmp.XXXXXX") in the directory of the final path; commit() renames it
-// over the final path. Until then the final path is untouched, and the destructor removes
-// the temp file. Errors are gguf::Error naming the final path, the object being written and
-// the byte offset in the output.
+// A temp file in the directory of the final path: unnamed (O_TMPFILE) while it is written,
+// named ".<name>.tmp.XXXXXX" by finish() (from the start where O_TMPFILE is missing);
+// commit() renames it over the final path. Until then the final path is untouched, and the
+// destructor removes the temp file. Errors are gguf::Error naming the final path, the object being
+// written and the byte offset in the output.
 class OutputFile {
  public:
   explicit OutputFile(std::string final_path);
@@ -67,7 +68,9 @@ class OutputFile {
   OutputFile& operator=(const OutputFile&) = delete;
 
   const std::string& path() const { return final_; }
-  const std::string& temp_path() const { return temp_; }
+  // A path that opens the file being written: its temp name, or /proc/self/fd/N while it is
+  // anonymous (valid until finish()).
+  const std::string& temp_path() const { return temp_.empty() ? proc_ : temp_; }
   uint64_t position() const { return pos_; }
   // What is being written now, for messages (e.g. "tensor 'x'"); empty for the header.
   void set_object(std::string object) { object_ = std::move(object); }
@@ -78,7 +81,7 @@ class OutputFile {
   // copied: less than n when the kernel cannot copy between these files (EXDEV, EINVAL,
   // ENOSYS, EOPNOTSUPP), so the caller writes the rest itself. Throws on I/O errors.
   uint64_t copy_range(int src_fd, const std::string& src_name, uint64_t src_offset, uint64_t n);
-  // fsync and close; the file keeps its temp name.
+  // fsync, give an anonymous file its temp name, and close.
   void finish();
   // Renames the temp file to the final path; replaces an existing file only when replace
   // (where the file system supports RENAME_NOREPLACE).
@@ -89,7 +92,9 @@ class OutputFile {
  private:
   [[noreturn]] void fail(const std::string& what, int err) const;
 
-  std::string final_, temp_, object_;
+  void name_temp();
+
+  std::string final_, temp_, proc_, object_;  // temp_ empty while the file is anonymous
   int fd_ = -1;
   uint64_t pos_ = 0;
   bool committed_ = false, removed_ = false;

@@ -57,6 +57,17 @@ TempDir::TempDir() {
   path_ = tmpl;
 }
 
+std::string open_file_in(int pid, const std::string& dir) {
+  std::error_code ec;
+  const std::string root = std::filesystem::canonical(dir, ec).string() + "/";
+  const std::string fds = pid ? "/proc/" + std::to_string(pid) + "/fd" : "/proc/self/fd";
+  for (const auto& e : std::filesystem::directory_iterator(fds, ec)) {
+    const auto target = std::filesystem::read_symlink(e.path(), ec);
+    if (!ec && target.string().rfind(root, 0) == 0) return e.path().string();
+  }
+  return {};
+}
+
 std::vector<std::string> TempDir::entries() const {
   std::vector<std::string> out;
   for (const auto& e : std::filesystem::directory_iterator(path_))

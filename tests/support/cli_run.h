@@ -14,6 +14,10 @@ struct CliResult {
 // Runs GGUF_TOOLS_DIR/<tool> with args (no shell; arguments passed as they are).
 CliResult run_cli(const std::string& tool, const std::vector<std::string>& args);
 
+// "/proc/PID/fd/N" for a file that process PID (0: this one) has open inside dir, such as the
+// writer's unnamed O_TMPFILE output (its link reads "DIR/#INODE (deleted)"); "" when none.
+std::string open_file_in(int pid, const std::string& dir);
+
 // A fresh empty directory under the system temp dir, removed by the destructor.
 class TempDir {
  public:
