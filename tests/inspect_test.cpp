@@ -10,6 +10,7 @@
 
 #include "cli_run.h"
 #include "gguf/synth.h"
+#include "gguf/table.h"
 #include "gguf/writer.h"
 
 namespace gguf {
@@ -32,6 +33,15 @@ std::string write_model(const TempDir& dir, const std::string& name, const MoeSp
   wo.split_max_tensors = split_max_tensors;
   const auto r = write_plan(synth_moe_plan(spec), dir.file(name), wo);
   return r.paths.front();
+}
+
+TEST(inspect, counts_are_grouped_by_thousands) {
+  EXPECT_EQ(with_commas(0), "0");
+  EXPECT_EQ(with_commas(999), "999");
+  EXPECT_EQ(with_commas(1000), "1,000");
+  EXPECT_EQ(with_commas(123456), "123,456");
+  EXPECT_EQ(with_commas(1234567), "1,234,567");
+  EXPECT_EQ(with_commas(UINT64_MAX), "18,446,744,073,709,551,615");
 }
 
 TEST(inspect, report_groups_by_type_role_and_layer) {
