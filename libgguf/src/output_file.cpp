@@ -34,14 +34,14 @@ std::string parent_dir(const std::string& path) {
   return dir.empty() ? "." : dir;
 }
 
-}  // namespace
-
 // The temp name pattern beside the final path, within NAME_MAX whatever the final name's length.
 std::string temp_pattern(const std::string& final_path) {
   const std::filesystem::path p(final_path);
   const std::string base = p.filename().string().substr(0, 200);
   return (p.parent_path() / ("." + base + ".tmp.XXXXXX")).string();
 }
+
+}  // namespace
 
 OutputFile::OutputFile(std::string final_path) : final_(std::move(final_path)) {
   // Preferably an unnamed file (O_TMPFILE): a process killed while writing leaves nothing
