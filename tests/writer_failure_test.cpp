@@ -25,6 +25,7 @@
 #include "gguf/file.h"
 #include "gguf/model.h"
 #include "gguf/writer.h"
+#include "writer_internal.h"
 #include "writer_test_util.h"
 
 namespace gguf {
@@ -234,6 +235,49 @@ TEST(writer, full_device_leaves_nothing) {
     EXPECT_THAT(lines[i], ::testing::EndsWith("failed: no space left on device"));
     EXPECT_EQ(lines[i + 1], "left:") << "files left behind";
   }
+}
+
+// The output file itself, unnamed (O_TMPFILE) and named (file systems without O_TMPFILE):
+// when the temp name appears, what commit() and an abandoned file leave behind.
+TEST(writer, output_file_is_named_only_when_finished) {
+  const mode_t old_umask = ::umask(022);
+  for (const bool unnamed : {true, false}) {
+    SCOPED_TRACE(unnamed);
+    ScratchDir dir;
+    const std::vector<uint8_t> bytes = {1, 2, 3, 4, 5};
+    const auto temps = [&] {
+      size_t n = 0;
+      for (const auto& e : dir.entries()) n += e.rfind(".o.gguf.tmp.", 0) == 0;
+      return n;
+    };
+    {
+      detail::OutputFile out(dir.file("o.gguf"), unnamed);
+      out.write(bytes);
+      EXPECT_EQ(temps(), unnamed ? 0u : 1u);
+      EXPECT_EQ(dir.entries().size(), temps());
+      out.finish();
+      ASSERT_EQ(temps(), 1u);
+      struct stat st {};
+      ASSERT_EQ(::stat(out.temp_path().c_str(), &st), 0);
+      EXPECT_EQ(st.st_size, 5);
+      EXPECT_EQ(st.st_mode & 0777, 0644u);
+      out.commit(false);
+      EXPECT_EQ(dir.entries(), std::vector<std::string>{"o.gguf"});
+    }
+    std::ifstream in(dir.file("o.gguf"), std::ios::binary);
+    EXPECT_EQ(std::vector<uint8_t>(std::istreambuf_iterator<char>(in), {}), bytes);
+    // Abandoned before or after finish(): nothing is left; a taken path is not replaced.
+    for (const bool finished : {false, true}) {
+      detail::OutputFile out(dir.file("o.gguf"), unnamed);
+      out.write(bytes);
+      if (finished) {
+        out.finish();
+        EXPECT_THROW(out.commit(false), Error);
+      }
+    }
+    EXPECT_EQ(dir.entries(), std::vector<std::string>{"o.gguf"});
+  }
+  ::umask(old_umask);
 }
 
 TEST(writer, killed_writer_leaves_no_output) {

@@ -43,11 +43,11 @@ std::string temp_pattern(const std::string& final_path) {
 
 }  // namespace
 
-OutputFile::OutputFile(std::string final_path) : final_(std::move(final_path)) {
+OutputFile::OutputFile(std::string final_path, bool unnamed) : final_(std::move(final_path)) {
   // Preferably an unnamed file (O_TMPFILE): a process killed while writing leaves nothing
   // behind. It gets its temp name only once written and synced (see finish()). Linking it
   // needs /proc (linkat with AT_EMPTY_PATH would need a capability).
-  fd_ = ::open(parent_dir(final_).c_str(), O_TMPFILE | O_RDWR | O_CLOEXEC, 0666);
+  fd_ = unnamed ? ::open(parent_dir(final_).c_str(), O_TMPFILE | O_RDWR | O_CLOEXEC, 0666) : -1;
   if (fd_ >= 0) {
     proc_ = fmt::format("/proc/self/fd/{}", fd_);
     if (::access(proc_.c_str(), F_OK) == 0) return;  // the mode is 0666 less the umask

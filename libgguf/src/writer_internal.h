@@ -62,7 +62,8 @@ std::string errno_text(int err);
 // written and the byte offset in the output.
 class OutputFile {
  public:
-  explicit OutputFile(std::string final_path);
+  // unnamed = false starts with a named temp file, as on file systems without O_TMPFILE.
+  explicit OutputFile(std::string final_path, bool unnamed = true);
   ~OutputFile();
   OutputFile(const OutputFile&) = delete;
   OutputFile& operator=(const OutputFile&) = delete;
