@@ -94,10 +94,11 @@ class OutputFile {
   [[noreturn]] void fail(const std::string& what, int err) const;
 
   void name_temp();
+  void start_writeback();
 
   std::string final_, temp_, proc_, object_;  // temp_ empty while the file is anonymous
   int fd_ = -1;
-  uint64_t pos_ = 0;
+  uint64_t pos_ = 0, flushed_ = 0;
   bool committed_ = false, removed_ = false;
 };
 
