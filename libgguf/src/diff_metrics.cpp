@@ -151,7 +151,7 @@ Sums finish_float_sums(Sums s, const float* base, const float* x, size_t i, size
 // The fast kernel, which keeps --values close to the speed of decoding: products and short
 // sums in float (twice the lanes of double, no conversions), each lane's float partial added
 // into a double accumulator every 16 terms, so the rounding error stays near that of 16
-// float additions (relative 1e-6 at worst, a few 1e-7 typically) whatever the tensor size.
+// float additions (about 1e-6 relative at worst, a few 1e-7 typically) whatever the size.
 // The dot product is not summed: it follows from the others, (|a|^2 + |b|^2 - |b-a|^2) / 2.
 // Chunks where float squares would underflow or overflow go to double_sums (see below).
 template <bool kWeighted, size_t kLanes>
