@@ -5,18 +5,59 @@
 #pragma once
 
 #include <benchmark/benchmark.h>
+#include <fcntl.h>
 #include <fmt/format.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstring>
+#include <filesystem>
+#include <functional>
 #include <limits>
 #include <map>
 #include <optional>
 #include <regex>
+#include <span>
 #include <string>
 #include <vector>
 
+#include "gguf/error.h"
+#include "gguf/writer.h"
+
 namespace gguf::bench {
+
+// Writes a model file for a benchmark: the header through the library's serialiser, then
+// each payload as fill(i, bytes) makes it, straight to the file (the writer would verify the
+// payloads by hashing, i.e. run what the benchmarks measure). Payload sizes must be
+// multiples of the alignment (no padding is written). Goes through "path.part", removed on
+// failure.
+inline void write_raw_model(const std::string& path, const Metadata& md,
+                            const std::vector<PlanTensor>& tensors,
+                            const std::function<void(size_t, std::span<uint8_t>)>& fill) {
+  const auto header = serialize_header(md, 3, tensors);
+  const std::string tmp = path + ".part";
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) throw Error(tmp, {}, std::nullopt, "cannot create");
+  bool ok = ::write(fd, header.data(), header.size()) == static_cast<ssize_t>(header.size());
+  std::vector<uint8_t> payload;
+  try {
+    for (size_t i = 0; ok && i < tensors.size(); ++i) {
+      payload.resize(static_cast<size_t>(tensors[i].bytes));
+      fill(i, payload);
+      ok = ::write(fd, payload.data(), payload.size()) == static_cast<ssize_t>(payload.size());
+    }
+  } catch (...) {
+    ::close(fd);
+    std::filesystem::remove(tmp);
+    throw;
+  }
+  ok = ::close(fd) == 0 && ok;
+  if (!ok) {
+    std::filesystem::remove(tmp);
+    throw Error(tmp, {}, std::nullopt, "cannot write");
+  }
+  std::filesystem::rename(tmp, path);
+}
 
 // Times per iteration in seconds of the fastest repetition of a benchmark.
 struct Best {

@@ -33,9 +33,8 @@ namespace {
 constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 constexpr int64_t kCols = 4096, kRows = 2048;  // 8M weights per tensor
 
-// Writes n_tensors tensors of type t [kCols, kRows]; fill(i, row, floats) gives weights, or
-// for f16, fill is skipped and payloads are random bits. Payloads go straight to the file (the
-// writer would verify them by hashing, i.e. run what we are about to measure).
+// Writes n_tensors tensors of the type [kCols, kRows]: gaussian weights quantized to it, or
+// for f16 random bits (finite halves).
 void write_model(const std::string& path, gguf::GgmlType type, int n_tensors, uint64_t seed) {
   gguf::Metadata md;
   md.set("general.architecture", gguf::Value::string("deepseek2"));
@@ -50,41 +49,21 @@ void write_model(const std::string& path, gguf::GgmlType type, int n_tensors, ui
     t.bytes = bytes;
     tensors.push_back(std::move(t));
   }
-  const auto header = gguf::serialize_header(md, 3, tensors);
-  const std::string tmp = path + ".part";
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) throw gguf::Error(tmp, {}, std::nullopt, "cannot create");
-  bool ok = ::write(fd, header.data(), header.size()) == static_cast<ssize_t>(header.size());
   std::mt19937_64 rng(seed);
   std::normal_distribution<float> normal(0.0f, 0.02f);
-  std::vector<uint8_t> payload(bytes + 32);
   std::vector<float> weights(static_cast<size_t>(kCols * kRows));
-  std::vector<float> importance(kCols, 1.0f);
-  try {
-    for (int i = 0; ok && i < n_tensors; ++i) {
-      if (type == gguf::GgmlType::F16) {
-        for (size_t k = 0; k + 8 <= bytes; k += 8) {
-          const uint64_t w = rng() & 0x3bff3bff3bff3bffull;  // finite halves, |x| < 1
-          std::memcpy(payload.data() + k, &w, 8);
-        }
-      } else {
-        for (auto& w : weights) w = normal(rng);
-        gguf::quantize(type, weights, kRows, kCols, importance, std::span(payload).first(bytes));
+  const std::vector<float> importance(kCols, 1.0f);
+  gguf::bench::write_raw_model(path, md, tensors, [&](size_t, std::span<uint8_t> payload) {
+    if (type == gguf::GgmlType::F16) {
+      for (size_t k = 0; k + 8 <= payload.size(); k += 8) {
+        const uint64_t w = rng() & 0x3bff3bff3bff3bffull;  // finite halves, |x| < 1
+        std::memcpy(payload.data() + k, &w, 8);
       }
-      // Payload sizes here are multiples of 32: no padding between tensors.
-      ok = ::write(fd, payload.data(), bytes) == static_cast<ssize_t>(bytes);
+    } else {
+      for (auto& w : weights) w = normal(rng);
+      gguf::quantize(type, weights, kRows, kCols, importance, payload);
     }
-  } catch (...) {
-    ::close(fd);
-    std::filesystem::remove(tmp);
-    throw;
-  }
-  ok = ::close(fd) == 0 && ok;
-  if (!ok) {
-    std::filesystem::remove(tmp);
-    throw gguf::Error(tmp, {}, std::nullopt, "cannot write");
-  }
-  std::filesystem::rename(tmp, path);
+  });
 }
 
 struct Inputs {

@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <random>
 #include <string>
@@ -45,21 +46,13 @@ void write_model(const std::string& path, int n_tensors) {
     t.bytes = kTensorBytes;
     tensors.push_back(std::move(t));
   }
-  const auto header = gguf::serialize_header(md, 3, tensors);
-  const std::string tmp = path + ".part";
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) throw gguf::Error(tmp, {}, std::nullopt, "cannot create");
-  bool ok = ::write(fd, header.data(), header.size()) == static_cast<ssize_t>(header.size());
   std::mt19937_64 rng(42);
-  std::vector<uint64_t> chunk(kTensorBytes / 8);
-  // 32 MiB is a multiple of the alignment: the payloads follow each other without padding.
-  for (int i = 0; ok && i < n_tensors; ++i) {
-    for (auto& w : chunk) w = rng();
-    ok = ::write(fd, chunk.data(), kTensorBytes) == static_cast<ssize_t>(kTensorBytes);
-  }
-  ok = ::close(fd) == 0 && ok;
-  if (!ok) throw gguf::Error(tmp, {}, std::nullopt, "cannot write");
-  std::filesystem::rename(tmp, path);
+  gguf::bench::write_raw_model(path, md, tensors, [&](size_t, std::span<uint8_t> payload) {
+    for (size_t k = 0; k + 8 <= payload.size(); k += 8) {
+      const uint64_t w = rng();
+      std::memcpy(payload.data() + k, &w, 8);
+    }
+  });
 }
 
 const gguf::Model* g_model = nullptr;

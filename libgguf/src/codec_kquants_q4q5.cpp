@@ -7,17 +7,6 @@
 
 #include "codec_kquants_common.h"
 
-// Decoders also get an AVX2 clone, chosen when the program loads: the same IEEE multiplies and
-// subtracts in the same order (contraction is off, so no FMA), eight lanes instead of four.
-#if defined(__x86_64__) && defined(__has_attribute) && !defined(GGUF_NO_DECODE_CLONES)
-#if __has_attribute(target_clones)
-#define GGUF_DECODE_CLONES __attribute__((target_clones("avx2", "default")))
-#endif
-#endif
-#ifndef GGUF_DECODE_CLONES
-#define GGUF_DECODE_CLONES
-#endif
-
 namespace gguf::detail::kq {
 namespace {
 
