@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <array>
+#include <boost/align/aligned_allocator.hpp>
 #include <cmath>
 #include <limits>
 #include <thread>
@@ -424,13 +425,17 @@ Geometry geometry(const TensorInfo& t) {
   return g;
 }
 
+// Slice buffers start on a cache line: the decoders store and the sums load whole 64-byte
+// vectors, and with malloc's 16-byte alignment every one of them would straddle two lines
+// (the sums ran at 0.6x of their aligned speed, the decoders' stores suffered the same).
+using Floats = std::vector<float, boost::alignment::aligned_allocator<float, 64>>;
+
 struct Buffers {
-  std::vector<float> a, b, ref;
+  Floats a, b, ref;
 };
 
 // Decodes rows [row0, row0 + rows) of t into out.
-void decode_rows(const TensorRef& t, uint64_t ne0, uint64_t row0, uint64_t rows,
-                 std::vector<float>& out) {
+void decode_rows(const TensorRef& t, uint64_t ne0, uint64_t row0, uint64_t rows, Floats& out) {
   const auto type = static_cast<GgmlType>(t.info->type_id);
   const uint64_t rb = *row_bytes(type, ne0);
   out.resize(rows * ne0);
@@ -442,9 +447,8 @@ void decode_rows(const TensorRef& t, uint64_t ne0, uint64_t row0, uint64_t rows,
 }
 
 // Row by row, so that each row gets its own slice of the importance weights.
-void accumulate_rows(const std::vector<float>& base, const std::vector<float>& x,
-                     const ValueJob& job, const Geometry& g, uint64_t row0, uint64_t rows,
-                     ErrorMetrics& m) {
+void accumulate_rows(const Floats& base, const Floats& x, const ValueJob& job, const Geometry& g,
+                     uint64_t row0, uint64_t rows, ErrorMetrics& m) {
   if (job.weights.empty()) {
     accumulate(base.data(), x.data(), base.size(), nullptr, m);
     return;
