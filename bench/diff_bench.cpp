@@ -13,7 +13,9 @@
 #include <unistd.h>
 #include <xxhash.h>
 
+#include <algorithm>
 #include <boost/align/aligned_allocator.hpp>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -71,7 +73,8 @@ struct Inputs {
   const gguf::Model *a, *b, *c, *d;
   uint64_t identity_bytes = 0;                             // payload bytes of A
   std::vector<const gguf::TensorRef*> decode_c, decode_d;  // what --values decodes
-  uint64_t values_elements = 0;  // elements decoded by the peer (both sides)
+  uint64_t values_elements = 0;       // elements decoded by the peer (both sides)
+  std::vector<double> paired_ratios;  // values diff / plain dequantize speed, pair by pair
 };
 Inputs g;
 
@@ -144,6 +147,39 @@ void register_benchmarks() {
     }
     state.SetItemsProcessed(state.iterations() * static_cast<int64_t>(g.values_elements));
   })->UseRealTime();
+  // Plain dequantize and the 1-thread values diff in alternation, each pair timed back to
+  // back in alternating order, so that a change in the machine's load (it is shared) hits both
+  // sides of a ratio alike: the median of the pairs' ratios is the steadiest figure.
+  benchmark::RegisterBenchmark(
+      "diff/values_1t_vs_dequantize_paired",
+      [](benchmark::State& state) {
+        Floats buf;
+        using Clock = std::chrono::steady_clock;
+        const auto secs = [](Clock::time_point t0) {
+          return std::chrono::duration<double>(Clock::now() - t0).count();
+        };
+        for (auto _ : state) {
+          double plain = 0, values = 0;
+          for (int order = 0; order < 2; ++order) {
+            if (order == static_cast<int>(g.paired_ratios.size() % 2)) {
+              const auto t0 = Clock::now();
+              plain_decode(g.decode_c, buf);
+              plain_decode(g.decode_d, buf);
+              plain = secs(t0);
+            } else {
+              gguf::DiffOptions o;
+              o.values = true;
+              o.threads = 1;
+              const auto t0 = Clock::now();
+              benchmark::DoNotOptimize(gguf::diff_models(*g.c, *g.d, o).decoded_elements);
+              values = secs(t0);
+            }
+          }
+          g.paired_ratios.push_back(plain / values);
+        }
+      })
+      ->Iterations(15)
+      ->UseRealTime();
   for (unsigned threads : {1u, 2u}) {
     benchmark::RegisterBenchmark(
         fmt::format("diff/values_{}t", threads).c_str(),
@@ -201,6 +237,14 @@ void print_table(const gguf::bench::BestReporter& r) {
     const auto per = v ? std::optional<double>(*v / t) : std::nullopt;
     fmt::print("{:<28} {:>10} {:>14} {:>16}\n", name, v ? fmt::format("{:.1f}", *v) : "-",
                per ? fmt::format("{:.1f}", *per) : "-", gguf::bench::ratio_text(per, dec));
+  }
+  if (!g.paired_ratios.empty()) {
+    auto r = g.paired_ratios;
+    std::sort(r.begin(), r.end());
+    fmt::print("{:<28} {:>10} {:>14} {:>16}\n", "values_1t / deq, paired", "", "",
+               fmt::format("{:.2f}x", r[r.size() / 2]));
+    fmt::print("  (median of {} back-to-back pairs; lowest {:.2f}x, highest {:.2f}x)\n", r.size(),
+               r.front(), r.back());
   }
 }
 

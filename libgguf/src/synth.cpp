@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <memory>
@@ -31,7 +32,8 @@ uint64_t name_hash(const std::string& s) {
 }
 
 struct Builder {
-  const MoeSpec& spec;
+  unsigned threads = 1;
+  uint64_t seed = 1;
   Plan plan;
 
   void add(const std::string& name, std::vector<int64_t> shape, GgmlType type, float scale,
@@ -53,11 +55,10 @@ struct Builder {
     e.n_per_row = n_per_row;
     e.nrows = rows;
     e.rows_per_matrix = shape.size() > 1 ? shape[1] : 1;
-    e.threads = spec.threads;
+    e.threads = threads;
     e.tensor_name = name;
-    const uint64_t seed = spec.seed;
-    e.rows = [name, seed, n_per_row, scale, offset](int64_t first, int64_t count,
-                                                    std::span<float> out) {
+    e.rows = [name, seed = seed, n_per_row, scale, offset](int64_t first, int64_t count,
+                                                           std::span<float> out) {
       synth_rows(name, seed, n_per_row, first, count, scale, out.data());
       if (offset != 0.0f)
         for (auto& x : out) x += offset;
@@ -108,7 +109,7 @@ MoeSpec uniform_types(MoeSpec s, GgmlType t) {
 }
 
 Plan synth_moe_plan(const MoeSpec& s) {
-  Builder b{s, {}};
+  Builder b{s.threads, s.seed, {}};
   Metadata& m = b.plan.metadata;
   const std::string arch = "deepseek2";
   m.set("general.architecture", Value::string(arch));
@@ -178,6 +179,87 @@ Plan synth_moe_plan(const MoeSpec& s) {
   }
   b.add("output_norm.weight", {e}, GgmlType::F32, 0.1f, 1.0f);
   b.add("output.weight", {e, s.vocab}, s.output, 0.02f);
+  return b.plan;
+}
+
+Plan synth_llama_moe_plan(const LlamaMoeSpec& s) {
+  if (s.vocab < 259 || s.n_head <= 0 || s.n_head_kv <= 0 || s.n_head % s.n_head_kv != 0 ||
+      s.n_embd % s.n_head != 0 || s.n_expert_used > s.n_experts || s.n_layers <= 0)
+    throw Error("synthetic llama MoE: inconsistent spec", Error::Kind::kUsage);
+  Builder b{s.threads, s.seed, {}};
+  Metadata& m = b.plan.metadata;
+  const std::string arch = "llama";
+  const auto u32 = [](int v) { return Value::u32(static_cast<uint32_t>(v)); };
+  const int head_dim = s.n_embd / s.n_head;
+  m.set("general.architecture", Value::string(arch));
+  m.set("general.name", Value::string(s.name));
+  m.set("general.quantization_version", Value::u32(2));
+  m.set(arch + ".block_count", u32(s.n_layers));
+  m.set(arch + ".context_length", Value::u32(2048));
+  m.set(arch + ".embedding_length", u32(s.n_embd));
+  m.set(arch + ".feed_forward_length", u32(s.n_ff));
+  m.set(arch + ".attention.head_count", u32(s.n_head));
+  m.set(arch + ".attention.head_count_kv", u32(s.n_head_kv));
+  m.set(arch + ".rope.dimension_count", u32(head_dim));
+  m.set(arch + ".rope.freq_base", Value::f32(10000.0f));
+  m.set(arch + ".attention.layer_norm_rms_epsilon", Value::f32(1e-5f));
+  m.set(arch + ".expert_count", u32(s.n_experts));
+  m.set(arch + ".expert_used_count", u32(s.n_expert_used));
+  m.set(arch + ".vocab_size", u32(s.vocab));
+  // SentencePiece-style vocabulary: <unk>, <s>, </s>, the 256 byte tokens, then plain pieces.
+  m.set("tokenizer.ggml.model", Value::string("llama"));
+  std::vector<std::string> tokens;
+  std::vector<float> scores;
+  std::vector<int32_t> types;
+  for (int i = 0; i < s.vocab; ++i) {
+    if (i < 3) {
+      tokens.push_back(i == 0 ? "<unk>" : i == 1 ? "<s>" : "</s>");
+      types.push_back(i == 0 ? 2 : 3);  // unknown, control
+    } else if (i < 259) {
+      tokens.push_back(fmt::format("<0x{:02X}>", i - 3));
+      types.push_back(6);  // byte
+    } else {
+      tokens.push_back(fmt::format("\u2581t{}", i));
+      types.push_back(1);  // normal
+    }
+    scores.push_back(-static_cast<float>(i));
+  }
+  m.set("tokenizer.ggml.tokens", Value::string_array(std::move(tokens)));
+  m.set("tokenizer.ggml.scores", Value::array_of<float>(ValueType::kF32, scores));
+  m.set("tokenizer.ggml.token_type", Value::array_of<int32_t>(ValueType::kI32, types));
+  m.set("tokenizer.ggml.unknown_token_id", Value::u32(0));
+  m.set("tokenizer.ggml.bos_token_id", Value::u32(1));
+  m.set("tokenizer.ggml.eos_token_id", Value::u32(2));
+
+  const int64_t e = s.n_embd, f = s.n_ff, x = s.n_experts, kv = s.n_head_kv * head_dim;
+  size_t overridden = 0;
+  const auto add = [&](const std::string& name, std::vector<int64_t> shape, GgmlType type,
+                       float scale, float offset = 0.0f) {
+    const auto it = s.types.find(name);
+    if (it != s.types.end()) ++overridden, type = it->second;
+    b.add(name, std::move(shape), type, scale, offset);
+  };
+  add("token_embd.weight", {e, s.vocab}, s.weights, 0.5f);
+  for (int l = 0; l < s.n_layers; ++l) {
+    const auto n = [l](const char* kind) { return fmt::format("blk.{}.{}.weight", l, kind); };
+    add(n("attn_norm"), {e}, GgmlType::F32, 0.1f, 1.0f);
+    add(n("attn_q"), {e, e}, s.weights, 0.05f);
+    add(n("attn_k"), {e, kv}, s.weights, 0.05f);
+    add(n("attn_v"), {e, kv}, s.weights, 0.05f);
+    add(n("attn_output"), {e, e}, s.weights, 0.05f);
+    add(n("ffn_norm"), {e}, GgmlType::F32, 0.1f, 1.0f);
+    add(n("ffn_gate_inp"), {e, x}, GgmlType::F32, 0.1f);
+    add(n("ffn_gate_exps"), {e, f, x}, s.weights, 0.05f);
+    add(n("ffn_up_exps"), {e, f, x}, s.weights, 0.05f);
+    add(n("ffn_down_exps"), {f, e, x}, s.weights, 0.05f);
+  }
+  add("output_norm.weight", {e}, GgmlType::F32, 0.1f, 1.0f);
+  add("output.weight", {e, s.vocab}, s.weights, 0.05f);
+  if (overridden != s.types.size())
+    for (const auto& [name, type] : s.types)
+      if (std::none_of(b.plan.tensors.begin(), b.plan.tensors.end(),
+                       [&n = name](const PlanTensor& t) { return t.name == n; }))
+        throw Error(fmt::format("synthetic llama MoE: no tensor '{}'", name), Error::Kind::kUsage);
   return b.plan;
 }
 

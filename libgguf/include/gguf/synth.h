@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 
 #include "gguf/plan.h"
@@ -46,6 +47,27 @@ MoeSpec uniform_types(MoeSpec spec, GgmlType t);
 // A plan for the model: tensors are produced on the fly (quantized from deterministic
 // gaussian weights), so a large model needs no memory.
 Plan synth_moe_plan(const MoeSpec& spec);
+
+// A small Mixtral-style model: llama.cpp's "llama" architecture with routed experts as 3-D
+// tensors (ffn_{gate,up,down}_exps) and an SPM vocabulary of byte tokens, complete enough for
+// llama.cpp itself to load and run, so end-to-end tests can check what the tools write against
+// the real inference code. All matrices at `weights` (norms and the router stay f32).
+struct LlamaMoeSpec {
+  std::string name = "tiny-mixtral";
+  int n_layers = 2;
+  int n_experts = 4;
+  int n_expert_used = 2;
+  int n_embd = 256;
+  int n_ff = 256;
+  int n_head = 4;
+  int n_head_kv = 2;
+  int vocab = 512;  // at least 259: <unk>, <s>, </s> and the 256 byte tokens
+  uint64_t seed = 1;
+  GgmlType weights = GgmlType::F32;
+  std::map<std::string, GgmlType> types;  // per-tensor exceptions to `weights`, by name
+  unsigned threads = 1;
+};
+Plan synth_llama_moe_plan(const LlamaMoeSpec& spec);
 
 // The deterministic float weights of one tensor of the synthetic model (what the plan
 // quantizes), rows [first, first + count); useful to check encodes independently.

@@ -1,0 +1,44 @@
+// Test support: llama.cpp itself (libllama from the npm package @node-llama-cpp/linux-x64, the
+// same package as ggml's reference library), loaded with dlopen, so end-to-end tests can check
+// that what the tools write loads in real llama.cpp and computes what it should.
+// When it cannot be found, available() is false and such tests skip with reason().
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace gguf::testing {
+
+class LlamaRef {
+ public:
+  // The process-wide instance; loads the libraries and the CPU backend on first use.
+  static LlamaRef& get();
+
+  bool available() const { return ok_; }
+  const std::string& reason() const { return reason_; }
+
+  struct Result {
+    bool loaded = false;
+    std::string log;            // llama.cpp's messages while loading (for failure reports)
+    std::vector<float> logits;  // n_vocab logits after the last token
+  };
+  // Loads the model at path with llama.cpp's defaults (mmap, CPU), evaluates tokens in one
+  // batch on one thread, and returns the logits of the last position.
+  Result run(const std::string& path, const std::vector<int>& tokens) const;
+
+ private:
+  LlamaRef();
+  bool ok_ = false;
+  std::string reason_;
+  void* ggml_ = nullptr;
+  void* llama_ = nullptr;
+};
+
+#define GGUF_REQUIRE_LLAMA()                                     \
+  do {                                                           \
+    if (!::gguf::testing::LlamaRef::get().available())           \
+      GTEST_SKIP() << "llama.cpp library not available: "        \
+                   << ::gguf::testing::LlamaRef::get().reason(); \
+  } while (0)
+
+}  // namespace gguf::testing
