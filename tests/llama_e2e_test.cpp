@@ -95,6 +95,33 @@ TEST(LlamaE2E, RequantOutputsRunAndStayClose) {
   }
 }
 
+// The reference recipe on the MoE: routed gate/up at iq2_xxs (importance from the weights'
+// column energy, as no imatrix is given), routed down at q2_K, everything else at q8_0, by
+// three gguf-requant runs; llama.cpp runs the result, and it is still the same network.
+TEST(LlamaE2E, Ds4RecipeRuns) {
+  GGUF_REQUIRE_LLAMA();
+  TempDir dir;
+  LlamaMoeSpec spec;
+  write_model(spec, dir.file("f32.gguf"));
+  const auto ref = run_model(dir.file("f32.gguf"));
+  const std::vector<std::vector<std::string>> steps = {
+      {"f32.gguf", "a.gguf", "--type", "iq2_xxs", "--role", "routed-gate", "--role", "routed-up"},
+      {"a.gguf", "b.gguf", "--type", "q2_K", "--role", "routed-down"},
+      {"b.gguf", "ds4.gguf", "--type", "q8_0", "--role", "attn-proj", "--role", "embedding",
+       "--role", "output"}};
+  for (const auto& step : steps) {
+    std::vector<std::string> args = {dir.file(step[0]), "-o", dir.file(step[1])};
+    args.insert(args.end(), step.begin() + 2, step.end());
+    const auto cli = run_cli("gguf-requant", args);
+    ASSERT_EQ(cli.code, 0) << cli.err;
+  }
+  const auto r = run_model(dir.file("ds4.gguf"));
+  expect_finite_and_varied(r.logits, spec.vocab);
+  const double cos = cosine(r.logits, ref.logits);
+  EXPECT_GT(cos, 0.8) << "measured 0.936 on this random network";
+  EXPECT_LT(cos, 0.99);
+}
+
 // The recipe's splice: routed experts of the last layer taken byte for byte from a q8_0 donor
 // into a q4_0 base give exactly the model one would have built with those types directly
 // (same tensors, so llama.cpp computes bit-identical logits), and differ from both inputs.

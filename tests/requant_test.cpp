@@ -199,6 +199,43 @@ TEST(requant, legacy_imatrix_weights_each_expert_with_its_slice) {
   EXPECT_EQ(out.metadata().get_string("quantize.imatrix.dataset"), "calibration.txt");
 }
 
+// The ds4 recipe's gate/up codec: iq2_xxs with each expert's slice of the matrix, and without
+// a matrix the documented fallback (each expert matrix's column energy), said once.
+TEST(requant, iq2_xxs_uses_expert_slices_or_the_column_energy) {
+  TempDir dir;
+  const Model in = Model::open(write_f16_model(dir));
+  const std::string name = "blk.2.ffn_gate_exps.weight";
+  const TensorRef* t = in.find(name);
+  ASSERT_NE(t, nullptr);
+  const int64_t ne0 = t->info->shape[0], ne1 = t->info->shape[1], n_exp = t->info->shape[2];
+  const auto values = ramp(static_cast<size_t>(ne0 * n_exp), 0.25f);
+  write_legacy_imatrix(dir.file("imatrix.dat"), {{name, values}}, 2);
+  const Imatrix im = Imatrix::load(dir.file("imatrix.dat"));
+  const auto sel = parse_selector({}, {}, {name});
+  const auto with =
+      write_plan(requant(in, {GgmlType::IQ2_XXS, sel, &im, 2}).plan, dir.file("with.gguf"), {});
+  const auto expect = encode_reference(*t, GgmlType::IQ2_XXS, [&](int64_t m) {
+    return std::vector<float>(values.begin() + m * ne0, values.begin() + (m + 1) * ne0);
+  });
+  const Model out = Model::open(with.paths.front());
+  ASSERT_EQ(out.find(name)->info->type_id, static_cast<uint32_t>(GgmlType::IQ2_XXS));
+  const auto got = out.find(name)->data();
+  ASSERT_EQ(expect.size(), got.size());
+  EXPECT_EQ(0, std::memcmp(expect.data(), got.data(), got.size()));
+
+  const auto r = requant(in, {GgmlType::IQ2_XXS, sel, nullptr, 2});
+  const auto without = write_plan(r.plan, dir.file("without.gguf"), {});
+  const auto floats = decode_all(*t);
+  const auto energy = encode_reference(*t, GgmlType::IQ2_XXS, [&](int64_t m) {
+    return column_energy(std::span(floats).subspan(m * ne0 * ne1, ne0 * ne1), ne1, ne0);
+  });
+  const Model out2 = Model::open(without.paths.front());
+  const auto got2 = out2.find(name)->data();
+  ASSERT_EQ(energy.size(), got2.size());
+  EXPECT_EQ(0, std::memcmp(energy.data(), got2.data(), got2.size()));
+  EXPECT_NE(0, std::memcmp(expect.data(), got2.data(), got2.size()));
+}
+
 TEST(requant, gguf_imatrix_divides_by_counts_and_unused_experts_weigh_one) {
   TempDir dir;
   const int64_t ne0 = 256, n_mat = 3;

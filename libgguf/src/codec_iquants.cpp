@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "codec_iquant_tables.h"
+#include "codec_iquants_encode.h"
 #include "codec_registry.h"
 #include "gguf/fp16.h"
 
@@ -275,7 +276,7 @@ void decode_iq4_xs(const uint8_t* src, float* y, int64_t n) {
 }  // namespace
 
 void register_iquant_codecs(CodecTable& t) {
-  entry(t, GgmlType::IQ2_XXS).decode = decode_iq2_xxs;
+  entry(t, GgmlType::IQ2_XXS) = {decode_iq2_xxs, iq::encode_iq2_xxs};
   entry(t, GgmlType::IQ2_XS).decode = decode_iq2_xs;
   entry(t, GgmlType::IQ2_S).decode = decode_iq2_s;
   entry(t, GgmlType::IQ3_XXS).decode = decode_iq3_xxs;

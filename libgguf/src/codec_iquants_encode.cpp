@@ -1,0 +1,284 @@
+// Encoders of the i-quant family, byte-identical with ggml's quantize_iq* (same search, same
+// order of float operations; codec files are built with -ffp-contract=off).
+//
+// IQ2_XXS: each group of 8 magnitudes is a point of a 256-entry lattice of {1,3,5}^8 (times a
+// per-32 scale), plus 7 sign bits (the eighth sign makes the count of negatives even).
+// Quantizing a group picks codes in {0,1,2} per element; when that 8-tuple is not a lattice
+// point, the nearest lattice points (by squared distance, the nearest two distances, ties by
+// index) are searched for the least importance-weighted error. The neighbour lists are built
+// once, exactly as ggml's iq2xs_init_impl orders them, since that order decides ties.
+#include "codec_iquants_encode.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <array>
+#include <cfloat>
+#include <cmath>
+#include <cstring>
+#include <utility>
+#include <vector>
+
+#include "codec_iquant_tables.h"
+#include "codec_kquants_common.h"
+#include "gguf/error.h"
+#include "gguf/fp16.h"
+
+namespace gguf::detail::iq {
+namespace {
+
+using kq::kGroupMaxEps;
+using kq::nearest_int;
+
+constexpr int kQK = 256;
+constexpr int kMapSize = 43692;  // 8 codes of 2 bits, each 0..2: largest index 0xAAAA
+
+// The lattice of a grid as codes 0..2 per element, the map from an 8-code index to the grid
+// entry (or, negated minus one, to the start of its neighbour list), and the lists: a count,
+// then grid indices.
+struct Lattice {
+  std::vector<std::array<int8_t, 8>> points;  // 2*code + 1, as ggml's kgrid_q2xs bytes
+  std::vector<std::array<float, 8>> pointsf;  // the same as floats
+  std::vector<int> map;
+  std::vector<uint16_t> neighbours;
+};
+
+// The grid bytes of the decode tables are the lattice magnitudes 8, 25, 43 (codes 0, 1, 2).
+int code_of_magnitude(uint8_t m) { return m < 0x10 ? 0 : m < 0x20 ? 1 : 2; }
+
+Lattice make_lattice(const uint64_t* grid, int grid_size, int nwant) {
+  Lattice lat;
+  lat.points.resize(grid_size);
+  lat.pointsf.resize(grid_size);
+  lat.map.assign(kMapSize, -1);
+  for (int k = 0; k < grid_size; ++k) {
+    int index = 0;
+    for (int j = 0; j < 8; ++j) {
+      const int code = code_of_magnitude(grid_byte(grid[k], j));
+      lat.points[k][j] = static_cast<int8_t>(2 * code + 1);
+      lat.pointsf[k][j] = static_cast<float>(2 * code + 1);
+      index |= code << (2 * j);
+    }
+    lat.map[index] = k;
+  }
+  std::vector<std::pair<int, int>> dist(grid_size);  // (squared distance, grid index)
+  for (int i = 0; i < kMapSize; ++i) {
+    if (lat.map[i] >= 0) continue;
+    int8_t pos[8];
+    for (int k = 0; k < 8; ++k) pos[k] = static_cast<int8_t>(2 * ((i >> (2 * k)) & 3) + 1);
+    for (int j = 0; j < grid_size; ++j) {
+      int d2 = 0;
+      for (int k = 0; k < 8; ++k) d2 += (lat.points[j][k] - pos[k]) * (lat.points[j][k] - pos[k]);
+      dist[j] = {d2, j};
+    }
+    std::sort(dist.begin(), dist.end());  // ggml: qsort by distance, then index (all distinct)
+    const size_t start = lat.neighbours.size();
+    lat.map[i] = -static_cast<int>(start) - 1;
+    lat.neighbours.push_back(0);
+    int d2 = dist[0].first, nhave = 1;
+    uint16_t n = 0;
+    for (int j = 0; j < grid_size; ++j) {
+      if (dist[j].first > d2) {
+        if (nhave == nwant) break;
+        d2 = dist[j].first;
+        ++nhave;
+      }
+      lat.neighbours.push_back(static_cast<uint16_t>(dist[j].second));
+      ++n;
+    }
+    lat.neighbours[start] = n;
+  }
+  return lat;
+}
+
+const Lattice& iq2_xxs_lattice() {
+  static const Lattice lat = make_lattice(kIq2XxsGrid, 256, 2);
+  return lat;
+}
+
+// The neighbour of the list at nb with the least weighted error for xval at scale; writes its
+// codes to L and returns its grid index.
+// Candidates are scored in batches of 8, one per lane, each summing its 8 terms in ggml's
+// order; the first of equal scores wins, as in ggml's scan.
+int best_neighbour(const Lattice& lat, const uint16_t* nb, const float* xval, const float* weight,
+                   float scale, int8_t* L) {
+  const int count = nb[0];
+  float best_d2 = FLT_MAX;
+  int best = -1;
+  float sx[8], w[8];
+  for (int i = 0; i < 8; ++i) sx[i] = xval[i], w[i] = weight[i];
+  for (int j0 = 1; j0 <= count; j0 += 8) {
+    const int m = std::min(8, count + 1 - j0);
+    float d2[8] = {};
+    for (int i = 0; i < 8; ++i)
+      for (int l = 0; l < 8; ++l) {
+        const float q = lat.pointsf[nb[j0 + std::min(l, m - 1)]][i];
+        const float diff = scale * q - sx[i];
+        d2[l] += w[i] * diff * diff;
+      }
+    for (int l = 0; l < m; ++l)
+      if (d2[l] < best_d2) {
+        best_d2 = d2[l];
+        best = nb[j0 + l];
+      }
+  }
+  if (best < 0) throw Error("iq2 lattice search found no neighbour (non-finite input?)");
+  for (int i = 0; i < 8; ++i) L[i] = static_cast<int8_t>((lat.points[best][i] - 1) / 2);
+  return best;
+}
+
+// Codes of 8 values at inverse scale id, moved onto the lattice: the grid index.
+int lattice_codes(const Lattice& lat, const float* xval, const float* waux, float id, float scale,
+                  int8_t* L) {
+  constexpr int kMaxQ = 3;
+  int u = 0;
+  for (int i = 0; i < 8; ++i) {
+    const int l = nearest_int(0.5f * (id * xval[i] - 1));
+    L[i] = static_cast<int8_t>(std::max(0, std::min(kMaxQ - 1, l)));
+    u |= L[i] << (2 * i);
+  }
+  const int g = lat.map[u];
+  if (g >= 0) return g;
+  return best_neighbour(lat, lat.neighbours.data() - g - 1, xval, waux, scale, L);
+}
+
+// Sums of w*x*q and w*q*q over a group of 32 for lattice magnitudes q = 2*code + 1 (the least
+// squares scale is their ratio).
+std::pair<float, float> fit_sums(const float* weight, const float* xval, const int8_t* L) {
+  float sumqx = 0, sumq2 = 0;
+  for (int i = 0; i < 32; ++i) {
+    const float q = static_cast<float>(2 * L[i] + 1);
+    sumqx += weight[i] * xval[i] * q;
+    sumq2 += weight[i] * q * q;
+  }
+  return {sumqx, sumq2};
+}
+
+void encode_iq2_xxs_row(const float* x, uint8_t* dst, int64_t n, const float* qw) {
+  const Lattice& lat = iq2_xxs_lattice();
+  constexpr int kMaxQ = 3;
+  for (int64_t ibl = 0; ibl < n / kQK; ++ibl, dst += 66) {
+    const float* xbl = x + kQK * ibl;
+    uint32_t q2[16] = {};
+    float scales[8];
+    float max_scale = 0;
+    float sumx2 = 0;
+    for (int i = 0; i < kQK; ++i) sumx2 += xbl[i] * xbl[i];
+    const float sigma2 = sumx2 / kQK;
+    for (int ib = 0; ib < 8; ++ib) {
+      const float* xb = xbl + 32 * ib;
+      const float* w = qw + kQK * ibl + 32 * ib;
+      float weight[32], waux[32], xval[32];
+      int8_t L[32], Laux[32];
+      uint8_t block_signs[4];
+      for (int i = 0; i < 32; ++i) weight[i] = w[i] * std::sqrt(sigma2 + xb[i] * xb[i]);
+      for (int i = 0; i < 32; ++i) waux[i] = std::sqrt(weight[i]);
+      for (int k = 0; k < 4; ++k) {
+        int nflip = 0;
+        uint8_t s = 0;
+        for (int i = 0; i < 8; ++i) {
+          if (xb[8 * k + i] >= 0) {
+            xval[8 * k + i] = xb[8 * k + i];
+          } else {
+            xval[8 * k + i] = -xb[8 * k + i];
+            ++nflip;
+            s |= static_cast<uint8_t>(1 << i);
+          }
+        }
+        if (nflip % 2) {
+          // An odd count of negatives: flip the element that costs least.
+          int imin = 0;
+          float min = weight[8 * k] * xb[8 * k] * xb[8 * k];
+          for (int i = 1; i < 8; ++i) {
+            const float ax = weight[8 * k + i] * xb[8 * k + i] * xb[8 * k + i];
+            if (ax < min) {
+              min = ax;
+              imin = i;
+            }
+          }
+          xval[8 * k + imin] = -xval[8 * k + imin];
+          s ^= static_cast<uint8_t>(1 << imin);
+        }
+        block_signs[k] = s & 127;
+      }
+      float max = xval[0];
+      for (int i = 1; i < 32; ++i) max = std::max(max, xval[i]);
+      if (max < kGroupMaxEps) {
+        scales[ib] = 0;
+        continue;
+      }
+      float scale = kq::search_positive(32, kMaxQ + 1, xval, reinterpret_cast<uint8_t*>(L), weight);
+      const float eff_max = scale * kMaxQ;
+      if (eff_max <= 0) {
+        scales[ib] = 0;
+        continue;
+      }
+      float best = 0;
+      for (int is = -6; is <= 6; ++is) {
+        const float id = (2 * kMaxQ - 1 + static_cast<float>(is) * 0.1f) / eff_max;
+        const float this_scale = 1 / id;
+        for (int k = 0; k < 4; ++k)
+          lattice_codes(lat, xval + 8 * k, waux + 8 * k, id, this_scale, Laux + 8 * k);
+        const auto [sumqx, sumq2] = fit_sums(weight, xval, Laux);
+        if (sumq2 > 0 && sumqx * sumqx > best * sumq2) {
+          scale = sumqx / sumq2;
+          best = scale * sumqx;
+          std::memcpy(L, Laux, 32);
+        }
+      }
+      if (scale > 0) {
+        const float id = 1 / scale;
+        for (int k = 0; k < 4; ++k) {
+          const int g = lattice_codes(lat, xval + 8 * k, waux + 8 * k, id, scale, L + 8 * k);
+          for (int i = 0; i < 8; ++i)
+            L[8 * k + i] = static_cast<int8_t>((lat.points[g][i] - 1) / 2);
+        }
+        const auto [sumqx, sumq2] = fit_sums(weight, xval, L);
+        if (sumq2 > 0) scale = sumqx / sumq2;
+      }
+      if (scale < 0) {
+        scale = -scale;
+        for (int k = 0; k < 4; ++k) block_signs[k] = static_cast<uint8_t>(~block_signs[k] & 127);
+      }
+      for (int k = 0; k < 4; ++k) {
+        int u = 0;
+        for (int i = 0; i < 8; ++i) u |= L[8 * k + i] << (2 * i);
+        const int g = u >= 0 && u < kMapSize ? lat.map[u] : -1;
+        if (g < 0)
+          throw Error(fmt::format("iq2_xxs: group {} of block {} left the lattice (index {})",
+                                  4 * ib + k, ibl, u));
+        q2[2 * ib] |= static_cast<uint32_t>(g) << (8 * k);
+        q2[2 * ib + 1] |= static_cast<uint32_t>(block_signs[k]) << (7 * k);
+      }
+      scales[ib] = scale;
+      max_scale = std::max(max_scale, scale);
+    }
+    uint16_t dh = 0;  // fp16 zero
+    if (max_scale != 0) {
+      const float d = max_scale / 31;
+      dh = fp32_to_fp16(d);
+      const float id = 1 / d;
+      for (int ib = 0; ib < 8; ++ib) {
+        const int l = std::max(0, std::min(15, nearest_int(0.5f * (id * scales[ib] - 1))));
+        q2[2 * ib + 1] |= static_cast<uint32_t>(l) << 28;
+      }
+    } else {
+      std::memset(q2, 0, sizeof q2);
+    }
+    std::memcpy(dst, &dh, 2);
+    std::memcpy(dst + 2, q2, sizeof q2);
+  }
+}
+
+}  // namespace
+
+void encode_iq2_xxs(const float* src, uint8_t* dst, int64_t nrows, int64_t n_per_row,
+                    const float* imatrix) {
+  if (!imatrix)
+    throw Error("iq2_xxs needs importance weights (an imatrix, or the column-energy fallback)",
+                Error::Kind::kUsage);
+  for (int64_t r = 0; r < nrows; ++r)
+    encode_iq2_xxs_row(src + r * n_per_row, dst + r * (n_per_row / kQK) * 66, n_per_row, imatrix);
+}
+
+}  // namespace gguf::detail::iq

@@ -1,0 +1,13 @@
+// Internal: the i-quant encoders (codec_iquants_encode.cpp), registered by codec_iquants.cpp.
+#pragma once
+
+#include <cstdint>
+
+namespace gguf::detail::iq {
+
+// ggml's quantize_iq2_xxs: nrows rows of n_per_row (a multiple of 256) values; imatrix holds
+// n_per_row importance weights and is required.
+void encode_iq2_xxs(const float* src, uint8_t* dst, int64_t nrows, int64_t n_per_row,
+                    const float* imatrix);
+
+}  // namespace gguf::detail::iq
