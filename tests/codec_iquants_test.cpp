@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <array>
 #include <cstdlib>
 #include <cstring>
 #include <vector>
@@ -232,12 +233,10 @@ TEST(codec_iquants, random_bytes_match_ggml) {
     for (uint64_t seed = 1; seed <= 4; ++seed) testing::check_decode_of_random_bytes(t, 64, seed);
 }
 
-// The encoder: ggml_quantize_chunk's bytes for every distribution, several row lengths, with
-// random, uniform and all-zero importance (iq2_xxs requires a matrix), and the decoded floats
-// of our bytes equal ggml's decode of them.
-TEST(codec_iquants, iq2_xxs_encode_matches_ggml) {
-  GGUF_REQUIRE_GGML();
-  const GgmlType t = GgmlType::IQ2_XXS;
+// The encoders: ggml_quantize_chunk's bytes for every distribution, several row lengths, with
+// random, uniform and all-zero importance, and without (for the types that allow it); and the
+// decoded floats of our bytes equal ggml's decode of them.
+void check_encode_against_ggml(GgmlType t) {
   struct Shape {
     int64_t n_per_row, nrows;
   };
@@ -247,18 +246,19 @@ TEST(codec_iquants, iq2_xxs_encode_matches_ggml) {
   int64_t rows = 0;
   for (testing::Dist d : testing::all_dists()) {
     for (const Shape s : {Shape{256, 24}, Shape{1024, 6}, Shape{7 * 256, 3}}) {
-      for (int mode = 0; mode < 3; ++mode) {
+      for (int mode = 0; mode < 4; ++mode) {
         ++seed;
+        if (mode == 3 && requires_importance(t)) continue;
         std::vector<float> imp = testing::make_importance(s.n_per_row, seed);
         if (mode == 1) imp.assign(imp.size(), 1.0f);
         if (mode == 2) imp.assign(imp.size(), 0.0f);
+        if (mode == 3) imp.clear();
         const auto x = testing::make_rows(d, s.nrows, s.n_per_row, seed);
-        const std::string what = fmt::format("{}, {} rows of {}, importance {}",
-                                             testing::dist_name(d), s.nrows, s.n_per_row,
-                                             mode == 0   ? "random"
-                                             : mode == 1 ? "ones"
-                                                         : "zero");
-        testing::expect_encode_matches_ggml(t, x, s.nrows, s.n_per_row, imp.data(), what);
+        const std::string what =
+            fmt::format("{}, {} rows of {}, importance {}", testing::dist_name(d), s.nrows,
+                        s.n_per_row, std::array{"random", "ones", "zero", "none"}[mode]);
+        testing::expect_encode_matches_ggml(t, x, s.nrows, s.n_per_row,
+                                            imp.empty() ? nullptr : imp.data(), what);
         std::vector<uint8_t> q(*row_bytes(t, s.n_per_row) * s.nrows);
         quantize(t, x, s.nrows, s.n_per_row, imp, q);
         testing::expect_decode_matches_ggml(t, q, s.nrows * s.n_per_row, what);
@@ -267,6 +267,19 @@ TEST(codec_iquants, iq2_xxs_encode_matches_ggml) {
     }
   }
   EXPECT_GT(rows, 500);
+}
+
+TEST(codec_iquants, iq2_xxs_encode_matches_ggml) {
+  GGUF_REQUIRE_GGML();
+  check_encode_against_ggml(GgmlType::IQ2_XXS);
+}
+TEST(codec_iquants, iq4_nl_encode_matches_ggml) {
+  GGUF_REQUIRE_GGML();
+  check_encode_against_ggml(GgmlType::IQ4_NL);
+}
+TEST(codec_iquants, iq4_xs_encode_matches_ggml) {
+  GGUF_REQUIRE_GGML();
+  check_encode_against_ggml(GgmlType::IQ4_XS);
 }
 
 TEST(codec_iquants, iq2_xxs_encode_needs_importance_and_whole_blocks) {

@@ -283,8 +283,8 @@ void register_iquant_codecs(CodecTable& t) {
   entry(t, GgmlType::IQ3_S).decode = decode_iq3_s;
   entry(t, GgmlType::IQ1_S).decode = decode_iq1_s;
   entry(t, GgmlType::IQ1_M).decode = decode_iq1_m;
-  entry(t, GgmlType::IQ4_NL).decode = decode_iq4_nl;
-  entry(t, GgmlType::IQ4_XS).decode = decode_iq4_xs;
+  entry(t, GgmlType::IQ4_NL) = {decode_iq4_nl, iq::encode_iq4_nl};
+  entry(t, GgmlType::IQ4_XS) = {decode_iq4_xs, iq::encode_iq4_xs};
 }
 
 }  // namespace gguf::detail

@@ -270,7 +270,144 @@ void encode_iq2_xxs_row(const float* x, uint8_t* dst, int64_t n, const float* qw
   }
 }
 
+// ---- IQ4_NL / IQ4_XS: 16 non-linear levels per element, scale per 32 ----
+
+// The level nearest x (ties to the upper one), by bisection as ggml's best_index_int8.
+int best_level(float x) {
+  const auto& v = kValuesIq4Nl;
+  if (x <= v[0]) return 0;
+  if (x >= v[15]) return 15;
+  int ml = 0, mu = 15;
+  while (mu - ml > 1) {
+    const int mav = (ml + mu) / 2;
+    if (x < v[mav])
+      mu = mav;
+    else
+      ml = mav;
+  }
+  return x - v[mu - 1] < v[mu] - x ? mu - 1 : mu;
+}
+
+// One super-block of n (32 for IQ4_NL, 256 for IQ4_XS) values in groups of 32: ggml's
+// quantize_row_iq4_nl_impl with ntry = 7. Writes the fp16 scale to dh, the packed levels to
+// q4 and, for n > 32, the 6-bit group scales to scales_h/scales_l.
+void iq4_super_block(int n, const float* x, const float* qw, uint16_t* dh, uint8_t* q4,
+                     uint16_t* scales_h, uint8_t* scales_l) {
+  constexpr int kGroup = 32, kTry = 7;
+  const auto& values = kValuesIq4Nl;
+  uint8_t L[256];
+  float scales[8], weight[kGroup];
+  float sigma2 = 0;
+  for (int j = 0; j < n; ++j) sigma2 += x[j] * x[j];
+  sigma2 *= 2.f / static_cast<float>(n);
+  std::memset(q4, 0, n / 2);
+  *dh = fp32_to_fp16(0.f);
+  float max_scale = 0, amax_scale = 0;
+  for (int ib = 0; ib < n / kGroup; ++ib) {
+    const float* xb = x + ib * kGroup;
+    uint8_t* Lb = L + ib * kGroup;
+    if (qw) {
+      for (int j = 0; j < kGroup; ++j)
+        weight[j] = qw[ib * kGroup + j] * std::sqrt(sigma2 + xb[j] * xb[j]);
+    } else {
+      for (int j = 0; j < kGroup; ++j) weight[j] = xb[j] * xb[j];
+    }
+    float amax = 0, max = 0;
+    for (int j = 0; j < kGroup; ++j) {
+      const float ax = std::fabs(xb[j]);
+      if (ax > amax) {
+        amax = ax;
+        max = xb[j];
+      }
+    }
+    if (amax < kGroupMaxEps) {
+      scales[ib] = 0;
+      continue;
+    }
+    float d = -max / values[0];
+    float id = 1 / d;
+    float sumqx = 0, sumq2 = 0;
+    for (int j = 0; j < kGroup; ++j) {
+      const int l = best_level(id * xb[j]);
+      Lb[j] = static_cast<uint8_t>(l);
+      const float q = values[l];
+      sumqx += weight[j] * q * xb[j];
+      sumq2 += weight[j] * q * q;
+    }
+    d = sumq2 > 0 ? sumqx / sumq2 : 0.f;
+    float best = d * sumqx;
+    for (int itry = -kTry; itry <= kTry; ++itry) {
+      id = static_cast<float>(itry + values[0]) / max;
+      sumqx = sumq2 = 0;
+      for (int j = 0; j < kGroup; ++j) {
+        const float q = values[best_level(id * xb[j])];
+        sumqx += weight[j] * q * xb[j];
+        sumq2 += weight[j] * q * q;
+      }
+      if (sumq2 > 0 && sumqx * sumqx > best * sumq2) {
+        d = sumqx / sumq2;
+        best = d * sumqx;
+      }
+    }
+    scales[ib] = d;
+    if (std::fabs(d) > amax_scale) {
+      amax_scale = std::fabs(d);
+      max_scale = d;
+    }
+  }
+  if (n > kGroup) {
+    *scales_h = 0;
+    const float d = -max_scale / 32;
+    *dh = fp32_to_fp16(d);
+    const float id = d != 0 ? 1 / d : 0.f;
+    for (int ib = 0; ib < n / kGroup; ++ib) {
+      int l = std::max(-32, std::min(31, nearest_int(id * scales[ib])));
+      const float dl = d * static_cast<float>(l);
+      const float idl = dl != 0 ? 1 / dl : 0.f;
+      for (int j = 0; j < kGroup; ++j)
+        L[ib * kGroup + j] = static_cast<uint8_t>(best_level(idl * x[ib * kGroup + j]));
+      l += 32;
+      const auto l_l = static_cast<uint8_t>(l & 0xf), l_h = static_cast<uint8_t>(l >> 4);
+      if (ib % 2 == 0)
+        scales_l[ib / 2] = l_l;
+      else
+        scales_l[ib / 2] |= static_cast<uint8_t>(l_l << 4);
+      *scales_h |= static_cast<uint16_t>(l_h << (2 * (ib % 8)));
+    }
+  } else {
+    *dh = fp32_to_fp16(scales[0]);
+    const float id = scales[0] != 0 ? 1 / scales[0] : 0;
+    for (int j = 0; j < n; ++j) L[j] = static_cast<uint8_t>(best_level(id * x[j]));
+  }
+  for (int i = 0; i < n / 32; ++i)
+    for (int j = 0; j < 16; ++j)
+      q4[16 * i + j] = static_cast<uint8_t>(L[32 * i + j] | (L[32 * i + 16 + j] << 4));
+}
+
 }  // namespace
+
+void encode_iq4_nl(const float* src, uint8_t* dst, int64_t nrows, int64_t n_per_row,
+                   const float* imatrix) {
+  for (int64_t r = 0; r < nrows; ++r)
+    for (int64_t ib = 0; ib < n_per_row / 32; ++ib, dst += 18) {
+      uint16_t dh, unused_h;
+      iq4_super_block(32, src + r * n_per_row + 32 * ib, imatrix ? imatrix + 32 * ib : nullptr, &dh,
+                      dst + 2, &unused_h, nullptr);
+      std::memcpy(dst, &dh, 2);
+    }
+}
+
+void encode_iq4_xs(const float* src, uint8_t* dst, int64_t nrows, int64_t n_per_row,
+                   const float* imatrix) {
+  for (int64_t r = 0; r < nrows; ++r)
+    for (int64_t ib = 0; ib < n_per_row / kQK; ++ib, dst += 136) {
+      uint16_t dh, scales_h;
+      iq4_super_block(kQK, src + r * n_per_row + kQK * ib, imatrix ? imatrix + kQK * ib : nullptr,
+                      &dh, dst + 8, &scales_h, dst + 4);
+      std::memcpy(dst, &dh, 2);
+      std::memcpy(dst + 2, &scales_h, 2);
+    }
+}
 
 void encode_iq2_xxs(const float* src, uint8_t* dst, int64_t nrows, int64_t n_per_row,
                     const float* imatrix) {
