@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <array>
 #include <cstdlib>
 #include <cstring>
@@ -266,12 +267,30 @@ void check_encode_against_ggml(GgmlType t) {
       }
     }
   }
+  // Rows whose groups of 32 are partly all-zero (ggml skips such groups in ways that shift
+  // later ones, e.g. IQ3_S's index and sign positions).
+  for (int zero_every : {2, 3, 5}) {
+    auto x = testing::make_rows(testing::Dist::kGaussian, 8, 1024, ++seed);
+    for (size_t g = 0; g < x.size() / 32; ++g)
+      if (g % zero_every == 1) std::fill_n(x.begin() + 32 * g, 32, 0.0f);
+    const auto imp = testing::make_importance(1024, seed);
+    testing::expect_encode_matches_ggml(t, x, 8, 1024, imp.data(),
+                                        fmt::format("every {}th group zero", zero_every));
+  }
   EXPECT_GT(rows, 500);
 }
 
 TEST(codec_iquants, iq2_xxs_encode_matches_ggml) {
   GGUF_REQUIRE_GGML();
   check_encode_against_ggml(GgmlType::IQ2_XXS);
+}
+TEST(codec_iquants, iq3_xxs_encode_matches_ggml) {
+  GGUF_REQUIRE_GGML();
+  check_encode_against_ggml(GgmlType::IQ3_XXS);
+}
+TEST(codec_iquants, iq3_s_encode_matches_ggml) {
+  GGUF_REQUIRE_GGML();
+  check_encode_against_ggml(GgmlType::IQ3_S);
 }
 TEST(codec_iquants, iq4_nl_encode_matches_ggml) {
   GGUF_REQUIRE_GGML();

@@ -31,44 +31,48 @@ using kq::kGroupMaxEps;
 using kq::nearest_int;
 
 constexpr int kQK = 256;
-constexpr int kMapSize = 43692;  // 8 codes of 2 bits, each 0..2: largest index 0xAAAA
 
-// The lattice of a grid as codes 0..2 per element, the map from an 8-code index to the grid
-// entry (or, negated minus one, to the start of its neighbour list), and the lists: a count,
-// then grid indices.
+// A lattice grid for the encoders: its points as odd magnitudes 2*code + 1 (ggml's
+// kgrid_q2xs / kgrid_q3xs bytes), the map from a tuple of codes (bits per code each) to the
+// grid entry or, negated minus one, to the start of its neighbour list; the lists hold a count,
+// then the grid indices of the points at the nwant smallest squared distances, ordered by
+// distance then index, exactly as ggml's iq2xs_init_impl / iq3xs_init_impl build them (the
+// order decides ties in the search).
 struct Lattice {
-  std::vector<std::array<int8_t, 8>> points;  // 2*code + 1, as ggml's kgrid_q2xs bytes
+  int dim = 8;
+  std::vector<std::array<int8_t, 8>> points;
   std::vector<std::array<float, 8>> pointsf;  // the same as floats
   std::vector<int> map;
   std::vector<uint16_t> neighbours;
 };
 
-// The grid bytes of the decode tables are the lattice magnitudes 8, 25, 43 (codes 0, 1, 2).
-int code_of_magnitude(uint8_t m) { return m < 0x10 ? 0 : m < 0x20 ? 1 : 2; }
-
-Lattice make_lattice(const uint64_t* grid, int grid_size, int nwant) {
+// codes[k][j]: the code of element j of grid point k.
+Lattice make_lattice(const std::vector<std::array<int, 8>>& codes, int dim, int bits, int map_size,
+                     int nwant) {
+  const int grid_size = static_cast<int>(codes.size());
   Lattice lat;
+  lat.dim = dim;
   lat.points.resize(grid_size);
   lat.pointsf.resize(grid_size);
-  lat.map.assign(kMapSize, -1);
+  lat.map.assign(map_size, -1);
   for (int k = 0; k < grid_size; ++k) {
     int index = 0;
-    for (int j = 0; j < 8; ++j) {
-      const int code = code_of_magnitude(grid_byte(grid[k], j));
-      lat.points[k][j] = static_cast<int8_t>(2 * code + 1);
-      lat.pointsf[k][j] = static_cast<float>(2 * code + 1);
-      index |= code << (2 * j);
+    for (int j = 0; j < dim; ++j) {
+      lat.points[k][j] = static_cast<int8_t>(2 * codes[k][j] + 1);
+      lat.pointsf[k][j] = static_cast<float>(2 * codes[k][j] + 1);
+      index |= codes[k][j] << (bits * j);
     }
     lat.map[index] = k;
   }
   std::vector<std::pair<int, int>> dist(grid_size);  // (squared distance, grid index)
-  for (int i = 0; i < kMapSize; ++i) {
+  const int mask = (1 << bits) - 1;
+  for (int i = 0; i < map_size; ++i) {
     if (lat.map[i] >= 0) continue;
     int8_t pos[8];
-    for (int k = 0; k < 8; ++k) pos[k] = static_cast<int8_t>(2 * ((i >> (2 * k)) & 3) + 1);
+    for (int k = 0; k < dim; ++k) pos[k] = static_cast<int8_t>(2 * ((i >> (bits * k)) & mask) + 1);
     for (int j = 0; j < grid_size; ++j) {
       int d2 = 0;
-      for (int k = 0; k < 8; ++k) d2 += (lat.points[j][k] - pos[k]) * (lat.points[j][k] - pos[k]);
+      for (int k = 0; k < dim; ++k) d2 += (lat.points[j][k] - pos[k]) * (lat.points[j][k] - pos[k]);
       dist[j] = {d2, j};
     }
     std::sort(dist.begin(), dist.end());  // ggml: qsort by distance, then index (all distinct)
@@ -91,26 +95,57 @@ Lattice make_lattice(const uint64_t* grid, int grid_size, int nwant) {
   return lat;
 }
 
+// IQ2 grids: 8 magnitudes 8, 25, 43 (codes 0, 1, 2), two bits per code.
+template <size_t N>
+Lattice iq2_lattice(const uint64_t (&grid)[N], int nwant) {
+  std::vector<std::array<int, 8>> codes(N);
+  for (size_t k = 0; k < N; ++k)
+    for (int j = 0; j < 8; ++j) {
+      const uint8_t m = grid_byte(grid[k], j);
+      codes[k][j] = m < 0x10 ? 0 : m < 0x20 ? 1 : 2;
+    }
+  return make_lattice(codes, 8, 2, 43692, nwant);
+}
+
+// IQ3 grids: 4 magnitudes, three bits per code; code = byte / divisor (IQ3_XXS stores
+// 4, 12, ..., 62 and IQ3_S 1, 3, ..., 15).
+template <size_t N>
+Lattice iq3_lattice(const uint32_t (&grid)[N], int divisor, int nwant) {
+  std::vector<std::array<int, 8>> codes(N);
+  for (size_t k = 0; k < N; ++k)
+    for (int j = 0; j < 4; ++j)
+      codes[k][j] = static_cast<int>((grid[k] >> (8 * j)) & 0xff) / divisor;
+  return make_lattice(codes, 4, 3, 4096, nwant);
+}
+
 const Lattice& iq2_xxs_lattice() {
-  static const Lattice lat = make_lattice(kIq2XxsGrid, 256, 2);
+  static const Lattice lat = iq2_lattice(kIq2XxsGrid, 2);
+  return lat;
+}
+const Lattice& iq3_xxs_lattice() {
+  static const Lattice lat = iq3_lattice(kIq3XxsGrid, 8, 2);
+  return lat;
+}
+const Lattice& iq3_s_lattice() {
+  static const Lattice lat = iq3_lattice(kIq3SGrid, 2, 3);
   return lat;
 }
 
 // The neighbour of the list at nb with the least weighted error for xval at scale; writes its
-// codes to L and returns its grid index.
-// Candidates are scored in batches of 8, one per lane, each summing its 8 terms in ggml's
-// order; the first of equal scores wins, as in ggml's scan.
+// codes to L and returns its grid index. Candidates are scored in batches of 8, one per lane,
+// each summing its Dim terms in ggml's order; the first of equal scores wins, as in ggml's scan.
+template <int Dim>
 int best_neighbour(const Lattice& lat, const uint16_t* nb, const float* xval, const float* weight,
                    float scale, int8_t* L) {
   const int count = nb[0];
   float best_d2 = FLT_MAX;
   int best = -1;
-  float sx[8], w[8];
-  for (int i = 0; i < 8; ++i) sx[i] = xval[i], w[i] = weight[i];
+  float sx[Dim], w[Dim];
+  for (int i = 0; i < Dim; ++i) sx[i] = xval[i], w[i] = weight[i];
   for (int j0 = 1; j0 <= count; j0 += 8) {
     const int m = std::min(8, count + 1 - j0);
     float d2[8] = {};
-    for (int i = 0; i < 8; ++i)
+    for (int i = 0; i < Dim; ++i)
       for (int l = 0; l < 8; ++l) {
         const float q = lat.pointsf[nb[j0 + std::min(l, m - 1)]][i];
         const float diff = scale * q - sx[i];
@@ -122,24 +157,38 @@ int best_neighbour(const Lattice& lat, const uint16_t* nb, const float* xval, co
         best = nb[j0 + l];
       }
   }
-  if (best < 0) throw Error("iq2 lattice search found no neighbour (non-finite input?)");
-  for (int i = 0; i < 8; ++i) L[i] = static_cast<int8_t>((lat.points[best][i] - 1) / 2);
+  if (best < 0) throw Error("i-quant lattice search found no neighbour (non-finite input?)");
+  for (int i = 0; i < Dim; ++i) L[i] = static_cast<int8_t>((lat.points[best][i] - 1) / 2);
   return best;
 }
 
-// Codes of 8 values at inverse scale id, moved onto the lattice: the grid index.
+// Codes of Dim values at inverse scale id (clamped to 0..kMaxQ-1), moved onto the lattice:
+// the grid index. on_grid tells whether the rounded codes were a grid point already.
+template <int Dim, int Bits, int kMaxQ>
 int lattice_codes(const Lattice& lat, const float* xval, const float* waux, float id, float scale,
-                  int8_t* L) {
-  constexpr int kMaxQ = 3;
+                  int8_t* L, bool* on_grid = nullptr) {
   int u = 0;
-  for (int i = 0; i < 8; ++i) {
+  for (int i = 0; i < Dim; ++i) {
     const int l = nearest_int(0.5f * (id * xval[i] - 1));
     L[i] = static_cast<int8_t>(std::max(0, std::min(kMaxQ - 1, l)));
-    u |= L[i] << (2 * i);
+    u |= L[i] << (Bits * i);
   }
   const int g = lat.map[u];
+  if (on_grid) *on_grid = g >= 0;
   if (g >= 0) return g;
-  return best_neighbour(lat, lat.neighbours.data() - g - 1, xval, waux, scale, L);
+  return best_neighbour<Dim>(lat, lat.neighbours.data() - g - 1, xval, waux, scale, L);
+}
+
+// The grid index of the codes in L, which must be a lattice point.
+template <int Dim, int Bits>
+int grid_index_of(const Lattice& lat, const int8_t* L, const char* type, int group, int64_t block) {
+  int u = 0;
+  for (int i = 0; i < Dim; ++i) u |= L[i] << (Bits * i);
+  const int g = u >= 0 && u < static_cast<int>(lat.map.size()) ? lat.map[u] : -1;
+  if (g < 0)
+    throw Error(
+        fmt::format("{}: group {} of block {} left the lattice (index {})", type, group, block, u));
+  return g;
 }
 
 // Sums of w*x*q and w*q*q over a group of 32 for lattice magnitudes q = 2*code + 1 (the least
@@ -152,6 +201,50 @@ std::pair<float, float> fit_sums(const float* weight, const float* xval, const i
     sumq2 += weight[i] * q * q;
   }
   return {sumqx, sumq2};
+}
+
+// Importance of each of the 32 values of a group: qw * sqrt(sigma2 + x^2) with weights, x^2
+// without; and their square roots (the weights of the lattice search).
+void group_weights(const float* xb, const float* qw, float sigma2, float* weight, float* waux) {
+  if (qw) {
+    for (int i = 0; i < 32; ++i) weight[i] = qw[i] * std::sqrt(sigma2 + xb[i] * xb[i]);
+  } else {
+    for (int i = 0; i < 32; ++i) weight[i] = xb[i] * xb[i];
+  }
+  for (int i = 0; i < 32; ++i) waux[i] = std::sqrt(weight[i]);
+}
+
+// Magnitudes and 7-bit signs of 4 x 8 values (IQ2_XXS, IQ3_XXS): the eighth sign is implied
+// (an even count of negatives), so for an odd count the value that costs least to flip gets
+// its sign flipped (its magnitude goes negative).
+void even_signs(const float* xb, const float* weight, float* xval, uint8_t* block_signs) {
+  for (int k = 0; k < 4; ++k) {
+    int nflip = 0;
+    uint8_t s = 0;
+    for (int i = 0; i < 8; ++i) {
+      if (xb[8 * k + i] >= 0) {
+        xval[8 * k + i] = xb[8 * k + i];
+      } else {
+        xval[8 * k + i] = -xb[8 * k + i];
+        ++nflip;
+        s |= static_cast<uint8_t>(1 << i);
+      }
+    }
+    if (nflip % 2) {
+      int imin = 0;
+      float min = weight[8 * k] * xb[8 * k] * xb[8 * k];
+      for (int i = 1; i < 8; ++i) {
+        const float ax = weight[8 * k + i] * xb[8 * k + i] * xb[8 * k + i];
+        if (ax < min) {
+          min = ax;
+          imin = i;
+        }
+      }
+      xval[8 * k + imin] = -xval[8 * k + imin];
+      s ^= static_cast<uint8_t>(1 << imin);
+    }
+    block_signs[k] = s & 127;
+  }
 }
 
 void encode_iq2_xxs_row(const float* x, uint8_t* dst, int64_t n, const float* qw) {
@@ -171,36 +264,8 @@ void encode_iq2_xxs_row(const float* x, uint8_t* dst, int64_t n, const float* qw
       float weight[32], waux[32], xval[32];
       int8_t L[32], Laux[32];
       uint8_t block_signs[4];
-      for (int i = 0; i < 32; ++i) weight[i] = w[i] * std::sqrt(sigma2 + xb[i] * xb[i]);
-      for (int i = 0; i < 32; ++i) waux[i] = std::sqrt(weight[i]);
-      for (int k = 0; k < 4; ++k) {
-        int nflip = 0;
-        uint8_t s = 0;
-        for (int i = 0; i < 8; ++i) {
-          if (xb[8 * k + i] >= 0) {
-            xval[8 * k + i] = xb[8 * k + i];
-          } else {
-            xval[8 * k + i] = -xb[8 * k + i];
-            ++nflip;
-            s |= static_cast<uint8_t>(1 << i);
-          }
-        }
-        if (nflip % 2) {
-          // An odd count of negatives: flip the element that costs least.
-          int imin = 0;
-          float min = weight[8 * k] * xb[8 * k] * xb[8 * k];
-          for (int i = 1; i < 8; ++i) {
-            const float ax = weight[8 * k + i] * xb[8 * k + i] * xb[8 * k + i];
-            if (ax < min) {
-              min = ax;
-              imin = i;
-            }
-          }
-          xval[8 * k + imin] = -xval[8 * k + imin];
-          s ^= static_cast<uint8_t>(1 << imin);
-        }
-        block_signs[k] = s & 127;
-      }
+      group_weights(xb, w, sigma2, weight, waux);
+      even_signs(xb, weight, xval, block_signs);
       float max = xval[0];
       for (int i = 1; i < 32; ++i) max = std::max(max, xval[i]);
       if (max < kGroupMaxEps) {
@@ -218,7 +283,7 @@ void encode_iq2_xxs_row(const float* x, uint8_t* dst, int64_t n, const float* qw
         const float id = (2 * kMaxQ - 1 + static_cast<float>(is) * 0.1f) / eff_max;
         const float this_scale = 1 / id;
         for (int k = 0; k < 4; ++k)
-          lattice_codes(lat, xval + 8 * k, waux + 8 * k, id, this_scale, Laux + 8 * k);
+          lattice_codes<8, 2, kMaxQ>(lat, xval + 8 * k, waux + 8 * k, id, this_scale, Laux + 8 * k);
         const auto [sumqx, sumq2] = fit_sums(weight, xval, Laux);
         if (sumq2 > 0 && sumqx * sumqx > best * sumq2) {
           scale = sumqx / sumq2;
@@ -229,7 +294,8 @@ void encode_iq2_xxs_row(const float* x, uint8_t* dst, int64_t n, const float* qw
       if (scale > 0) {
         const float id = 1 / scale;
         for (int k = 0; k < 4; ++k) {
-          const int g = lattice_codes(lat, xval + 8 * k, waux + 8 * k, id, scale, L + 8 * k);
+          const int g =
+              lattice_codes<8, 2, kMaxQ>(lat, xval + 8 * k, waux + 8 * k, id, scale, L + 8 * k);
           for (int i = 0; i < 8; ++i)
             L[8 * k + i] = static_cast<int8_t>((lat.points[g][i] - 1) / 2);
         }
@@ -241,12 +307,7 @@ void encode_iq2_xxs_row(const float* x, uint8_t* dst, int64_t n, const float* qw
         for (int k = 0; k < 4; ++k) block_signs[k] = static_cast<uint8_t>(~block_signs[k] & 127);
       }
       for (int k = 0; k < 4; ++k) {
-        int u = 0;
-        for (int i = 0; i < 8; ++i) u |= L[8 * k + i] << (2 * i);
-        const int g = u >= 0 && u < kMapSize ? lat.map[u] : -1;
-        if (g < 0)
-          throw Error(fmt::format("iq2_xxs: group {} of block {} left the lattice (index {})",
-                                  4 * ib + k, ibl, u));
+        const int g = grid_index_of<8, 2>(lat, L + 8 * k, "iq2_xxs", 4 * ib + k, ibl);
         q2[2 * ib] |= static_cast<uint32_t>(g) << (8 * k);
         q2[2 * ib + 1] |= static_cast<uint32_t>(block_signs[k]) << (7 * k);
       }
@@ -384,7 +445,209 @@ void iq4_super_block(int n, const float* x, const float* qw, uint16_t* dh, uint8
       q4[16 * i + j] = static_cast<uint8_t>(L[32 * i + j] | (L[32 * i + 16 + j] << 4));
 }
 
+// ---- IQ3_XXS / IQ3_S: groups of 4 magnitudes on a 256- / 512-point lattice of odd values up
+// to 15, a 4-bit scale per 32 ----
+
+constexpr float kGroupMaxEpsIq3Xxs = 1e-8f;
+
+// ggml's quantize_row_iq3_xxs_impl(256, ...): 98-byte blocks of 64 grid indices, then per 32
+// values a u32 of four 7-bit sign groups and the 4-bit scale.
+void encode_iq3_xxs_row(const float* x, uint8_t* dst, int64_t n, const float* qw) {
+  const Lattice& lat = iq3_xxs_lattice();
+  constexpr int kMaxQ = 8;
+  for (int64_t ibl = 0; ibl < n / kQK; ++ibl, dst += 98) {
+    const float* xbl = x + kQK * ibl;
+    uint8_t q3[96] = {};
+    uint32_t scales_and_signs[8] = {};
+    float scales[8];
+    float max_scale = 0;
+    float sumx2 = 0;
+    for (int i = 0; i < kQK; ++i) sumx2 += xbl[i] * xbl[i];
+    const float sigma2 = 2 * sumx2 / kQK;
+    for (int ib = 0; ib < 8; ++ib) {
+      const float* xb = xbl + 32 * ib;
+      float weight[32], waux[32], xval[32];
+      int8_t L[32] = {}, Laux[32];
+      bool on_grid[8], on_grid_aux[8];
+      uint8_t block_signs[4];
+      group_weights(xb, qw ? qw + kQK * ibl + 32 * ib : nullptr, sigma2, weight, waux);
+      even_signs(xb, weight, xval, block_signs);
+      float max = xval[0];
+      for (int i = 1; i < 32; ++i) max = std::max(max, xval[i]);
+      if (max < kGroupMaxEpsIq3Xxs) {
+        scales[ib] = 0;
+        continue;
+      }
+      float best = 0;
+      float scale = max / (2 * kMaxQ - 1);
+      std::fill(on_grid, on_grid + 8, true);
+      for (int is = -15; is <= 15; ++is) {
+        const float id = (2 * kMaxQ - 1 + static_cast<float>(is) * 0.2f) / max;
+        const float this_scale = 1 / id;
+        for (int k = 0; k < 8; ++k)
+          lattice_codes<4, 3, kMaxQ>(lat, xval + 4 * k, waux + 4 * k, id, this_scale, Laux + 4 * k,
+                                     &on_grid_aux[k]);
+        const auto [sumqx, sumq2] = fit_sums(weight, xval, Laux);
+        if (sumq2 > 0 && sumqx * sumqx > best * sumq2) {
+          scale = sumqx / sumq2;
+          best = scale * sumqx;
+          std::memcpy(L, Laux, 32);
+          std::copy(on_grid_aux, on_grid_aux + 8, on_grid);
+        }
+      }
+      if (std::count(on_grid, on_grid + 8, false) > 0 && scale > 0) {
+        const float id = 1 / scale;
+        for (int k = 0; k < 8; ++k) {
+          if (on_grid[k]) continue;
+          const int g =
+              lattice_codes<4, 3, kMaxQ>(lat, xval + 4 * k, waux + 4 * k, id, scale, L + 4 * k);
+          for (int i = 0; i < 4; ++i)
+            L[4 * k + i] = static_cast<int8_t>((lat.points[g][i] - 1) / 2);
+        }
+        const auto [sumqx, sumq2] = fit_sums(weight, xval, L);
+        if (sumq2 > 0) scale = sumqx / sumq2;
+      }
+      if (scale < 0) {
+        scale = -scale;
+        for (int k = 0; k < 4; ++k) block_signs[k] = static_cast<uint8_t>(~block_signs[k] & 127);
+      }
+      for (int k = 0; k < 8; ++k)
+        q3[8 * ib + k] =
+            static_cast<uint8_t>(grid_index_of<4, 3>(lat, L + 4 * k, "iq3_xxs", 8 * ib + k, ibl));
+      scales_and_signs[ib] = block_signs[0] | (block_signs[1] << 7) | (block_signs[2] << 14) |
+                             (static_cast<uint32_t>(block_signs[3]) << 21);
+      scales[ib] = scale;
+      max_scale = std::max(max_scale, scale);
+    }
+    uint16_t dh = fp32_to_fp16(0.f);
+    if (max_scale != 0) {
+      const float d = max_scale / 31;
+      dh = fp32_to_fp16(d * 1.0125f);
+      const float id = 1 / d;
+      for (int ib = 0; ib < 8; ++ib) {
+        const int l = std::max(0, std::min(15, nearest_int(0.5f * (id * scales[ib] - 1))));
+        scales_and_signs[ib] |= static_cast<uint32_t>(l) << 28;
+      }
+      std::memcpy(dst + 2, q3, 64);
+      std::memcpy(dst + 66, scales_and_signs, 32);
+    } else {
+      std::memset(dst + 2, 0, 96);
+    }
+    std::memcpy(dst, &dh, 2);
+  }
+}
+
+// ggml's quantize_row_iq3_s_impl(32, ...): 110-byte blocks of d, 64 low index bytes, 8 bytes
+// of index high bits, 32 sign bytes and 4 bytes of paired 4-bit scales. All 8 signs are
+// stored. As in ggml, an all-zero group of 32 does not advance the index and sign positions.
+void encode_iq3_s_row(const float* x, uint8_t* dst, int64_t n, const float* qw) {
+  const Lattice& lat = iq3_s_lattice();
+  constexpr int kMaxQ = 8;
+  for (int64_t ibl = 0; ibl < n / kQK; ++ibl, dst += 110) {
+    std::memset(dst, 0, 110);
+    uint8_t* qs = dst + 2;
+    uint8_t* qh = dst + 66;
+    uint8_t* signs = dst + 74;
+    uint8_t* block_scales = dst + 106;
+    const float* xbl = x + kQK * ibl;
+    float scales[8];
+    float max_scale = 0;
+    float sumx2 = 0;
+    for (int i = 0; i < kQK; ++i) sumx2 += xbl[i] * xbl[i];
+    const float sigma2 = 2 * sumx2 / kQK;
+    for (int ib = 0; ib < 8; ++ib) {
+      const float* xb = xbl + 32 * ib;
+      float weight[32], waux[32], xval[32];
+      int8_t L[32] = {}, Laux[32];
+      bool on_grid[8] = {}, on_grid_aux[8];
+      uint8_t block_signs[4];
+      group_weights(xb, qw ? qw + kQK * ibl + 32 * ib : nullptr, sigma2, weight, waux);
+      for (int k = 0; k < 4; ++k) {
+        uint8_t sg = 0;
+        for (int i = 0; i < 8; ++i) {
+          if (xb[8 * k + i] >= 0) {
+            xval[8 * k + i] = xb[8 * k + i];
+          } else {
+            xval[8 * k + i] = -xb[8 * k + i];
+            sg |= static_cast<uint8_t>(1 << i);
+          }
+        }
+        block_signs[k] = sg;
+      }
+      float max = xval[0];
+      for (int i = 1; i < 32; ++i) max = std::max(max, xval[i]);
+      if (max == 0) {
+        scales[ib] = 0;
+        continue;
+      }
+      float best = 0;
+      float scale = max / (2 * kMaxQ - 1);
+      for (int is = -9; is <= 9; ++is) {
+        const float id = (2 * kMaxQ - 1 + static_cast<float>(is) * 0.2f) / max;
+        const float this_scale = 1 / id;
+        for (int k = 0; k < 8; ++k)
+          lattice_codes<4, 3, kMaxQ>(lat, xval + 4 * k, waux + 4 * k, id, this_scale, Laux + 4 * k,
+                                     &on_grid_aux[k]);
+        const auto [sumqx, sumq2] = fit_sums(weight, xval, Laux);
+        if (sumq2 > 0 && sumqx * sumqx > best * sumq2) {
+          scale = sumqx / sumq2;
+          best = scale * sumqx;
+          std::memcpy(L, Laux, 32);
+          std::copy(on_grid_aux, on_grid_aux + 8, on_grid);
+        }
+      }
+      if (std::count(on_grid, on_grid + 8, false) > 0 && scale > 0) {
+        const float id = 1 / scale;
+        for (int k = 0; k < 8; ++k) {  // every group, on the grid or not (as ggml)
+          const int g =
+              lattice_codes<4, 3, kMaxQ>(lat, xval + 4 * k, waux + 4 * k, id, scale, L + 4 * k);
+          for (int i = 0; i < 4; ++i)
+            L[4 * k + i] = static_cast<int8_t>((lat.points[g][i] - 1) / 2);
+        }
+        const auto [sumqx, sumq2] = fit_sums(weight, xval, L);
+        if (sumq2 > 0) scale = sumqx / sumq2;
+      }
+      if (scale < 0) {
+        scale = -scale;
+        for (int k = 0; k < 4; ++k) block_signs[k] = static_cast<uint8_t>(~block_signs[k]);
+      }
+      for (int k = 0; k < 8; ++k) {
+        const int g = grid_index_of<4, 3>(lat, L + 4 * k, "iq3_s", 8 * ib + k, ibl);
+        qs[k] = static_cast<uint8_t>(g & 255);
+        qh[(ib * 8 + k) / 8] |= static_cast<uint8_t>((g >> 8) << ((ib * 8 + k) % 8));
+      }
+      qs += 8;
+      std::memcpy(signs, block_signs, 4);
+      signs += 4;
+      scales[ib] = scale;
+      max_scale = std::max(max_scale, scale);
+    }
+    if (max_scale == 0) continue;
+    const float d = max_scale / 31;
+    const uint16_t dh = fp32_to_fp16(d * 1.033f);
+    std::memcpy(dst, &dh, 2);
+    const float id = 1 / d;
+    for (int ib = 0; ib < 8; ib += 2) {
+      const int l1 = std::max(0, std::min(15, nearest_int(0.5f * (id * scales[ib] - 1))));
+      const int l2 = std::max(0, std::min(15, nearest_int(0.5f * (id * scales[ib + 1] - 1))));
+      block_scales[ib / 2] = static_cast<uint8_t>(l1 | (l2 << 4));
+    }
+  }
+}
+
 }  // namespace
+
+void encode_iq3_xxs(const float* src, uint8_t* dst, int64_t nrows, int64_t n_per_row,
+                    const float* imatrix) {
+  for (int64_t r = 0; r < nrows; ++r)
+    encode_iq3_xxs_row(src + r * n_per_row, dst + r * (n_per_row / kQK) * 98, n_per_row, imatrix);
+}
+
+void encode_iq3_s(const float* src, uint8_t* dst, int64_t nrows, int64_t n_per_row,
+                  const float* imatrix) {
+  for (int64_t r = 0; r < nrows; ++r)
+    encode_iq3_s_row(src + r * n_per_row, dst + r * (n_per_row / kQK) * 110, n_per_row, imatrix);
+}
 
 void encode_iq4_nl(const float* src, uint8_t* dst, int64_t nrows, int64_t n_per_row,
                    const float* imatrix) {

@@ -10,6 +10,12 @@ namespace gguf::detail::iq {
 void encode_iq2_xxs(const float* src, uint8_t* dst, int64_t nrows, int64_t n_per_row,
                     const float* imatrix);
 
+// ggml's quantize_iq3_xxs and quantize_iq3_s (rows of a multiple of 256); imatrix optional.
+void encode_iq3_xxs(const float* src, uint8_t* dst, int64_t nrows, int64_t n_per_row,
+                    const float* imatrix);
+void encode_iq3_s(const float* src, uint8_t* dst, int64_t nrows, int64_t n_per_row,
+                  const float* imatrix);
+
 // ggml's quantize_iq4_nl (rows of a multiple of 32) and quantize_iq4_xs (of 256); imatrix is
 // optional (without it each value weighs its square).
 void encode_iq4_nl(const float* src, uint8_t* dst, int64_t nrows, int64_t n_per_row,
