@@ -284,6 +284,14 @@ TEST(codec_iquants, iq2_xxs_encode_matches_ggml) {
   GGUF_REQUIRE_GGML();
   check_encode_against_ggml(GgmlType::IQ2_XXS);
 }
+TEST(codec_iquants, iq2_xs_encode_matches_ggml) {
+  GGUF_REQUIRE_GGML();
+  check_encode_against_ggml(GgmlType::IQ2_XS);
+}
+TEST(codec_iquants, iq2_s_encode_matches_ggml) {
+  GGUF_REQUIRE_GGML();
+  check_encode_against_ggml(GgmlType::IQ2_S);
+}
 TEST(codec_iquants, iq3_xxs_encode_matches_ggml) {
   GGUF_REQUIRE_GGML();
   check_encode_against_ggml(GgmlType::IQ3_XXS);

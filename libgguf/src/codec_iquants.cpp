@@ -277,8 +277,8 @@ void decode_iq4_xs(const uint8_t* src, float* y, int64_t n) {
 
 void register_iquant_codecs(CodecTable& t) {
   entry(t, GgmlType::IQ2_XXS) = {decode_iq2_xxs, iq::encode_iq2_xxs};
-  entry(t, GgmlType::IQ2_XS).decode = decode_iq2_xs;
-  entry(t, GgmlType::IQ2_S).decode = decode_iq2_s;
+  entry(t, GgmlType::IQ2_XS) = {decode_iq2_xs, iq::encode_iq2_xs};
+  entry(t, GgmlType::IQ2_S) = {decode_iq2_s, iq::encode_iq2_s};
   entry(t, GgmlType::IQ3_XXS) = {decode_iq3_xxs, iq::encode_iq3_xxs};
   entry(t, GgmlType::IQ3_S) = {decode_iq3_s, iq::encode_iq3_s};
   entry(t, GgmlType::IQ1_S).decode = decode_iq1_s;

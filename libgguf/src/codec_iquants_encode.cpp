@@ -64,33 +64,35 @@ Lattice make_lattice(const std::vector<std::array<int, 8>>& codes, int dim, int 
     }
     lat.map[index] = k;
   }
-  std::vector<std::pair<int, int>> dist(grid_size);  // (squared distance, grid index)
+  // For each tuple off the grid: the points at its nwant smallest squared distances, by
+  // distance then index (ggml sorts all points that way and keeps a prefix). Distances are
+  // small integers, so a histogram finds the cut without sorting.
+  std::vector<int> dist(grid_size);
   const int mask = (1 << bits) - 1;
+  const int max_d2 = dim * (2 * mask) * (2 * mask);
+  std::vector<int> count(max_d2 + 1);
   for (int i = 0; i < map_size; ++i) {
     if (lat.map[i] >= 0) continue;
     int8_t pos[8];
     for (int k = 0; k < dim; ++k) pos[k] = static_cast<int8_t>(2 * ((i >> (bits * k)) & mask) + 1);
+    std::fill(count.begin(), count.end(), 0);
     for (int j = 0; j < grid_size; ++j) {
       int d2 = 0;
       for (int k = 0; k < dim; ++k) d2 += (lat.points[j][k] - pos[k]) * (lat.points[j][k] - pos[k]);
-      dist[j] = {d2, j};
+      dist[j] = d2;
+      ++count[d2];
     }
-    std::sort(dist.begin(), dist.end());  // ggml: qsort by distance, then index (all distinct)
     const size_t start = lat.neighbours.size();
     lat.map[i] = -static_cast<int>(start) - 1;
     lat.neighbours.push_back(0);
-    int d2 = dist[0].first, nhave = 1;
-    uint16_t n = 0;
-    for (int j = 0; j < grid_size; ++j) {
-      if (dist[j].first > d2) {
-        if (nhave == nwant) break;
-        d2 = dist[j].first;
-        ++nhave;
-      }
-      lat.neighbours.push_back(static_cast<uint16_t>(dist[j].second));
-      ++n;
+    int have = 0;
+    for (int d2 = 0; d2 <= max_d2 && have < nwant; ++d2) {
+      if (!count[d2]) continue;
+      ++have;
+      for (int j = 0; j < grid_size; ++j)
+        if (dist[j] == d2) lat.neighbours.push_back(static_cast<uint16_t>(j));
     }
-    lat.neighbours[start] = n;
+    lat.neighbours[start] = static_cast<uint16_t>(lat.neighbours.size() - start - 1);
   }
   return lat;
 }
@@ -120,6 +122,14 @@ Lattice iq3_lattice(const uint32_t (&grid)[N], int divisor, int nwant) {
 
 const Lattice& iq2_xxs_lattice() {
   static const Lattice lat = iq2_lattice(kIq2XxsGrid, 2);
+  return lat;
+}
+const Lattice& iq2_xs_lattice() {
+  static const Lattice lat = iq2_lattice(kIq2XsGrid, 2);
+  return lat;
+}
+const Lattice& iq2_s_lattice() {
+  static const Lattice lat = iq2_lattice(kIq2SGrid, 1);
   return lat;
 }
 const Lattice& iq3_xxs_lattice() {
@@ -191,11 +201,12 @@ int grid_index_of(const Lattice& lat, const int8_t* L, const char* type, int gro
   return g;
 }
 
-// Sums of w*x*q and w*q*q over a group of 32 for lattice magnitudes q = 2*code + 1 (the least
-// squares scale is their ratio).
-std::pair<float, float> fit_sums(const float* weight, const float* xval, const int8_t* L) {
+// Sums of w*x*q and w*q*q over a group of n (32 unless said) for lattice magnitudes q = 2*code + 1
+// (the least squares scale is their ratio).
+std::pair<float, float> fit_sums(const float* weight, const float* xval, const int8_t* L,
+                                 int n = 32) {
   float sumqx = 0, sumq2 = 0;
-  for (int i = 0; i < 32; ++i) {
+  for (int i = 0; i < n; ++i) {
     const float q = static_cast<float>(2 * L[i] + 1);
     sumqx += weight[i] * xval[i] * q;
     sumq2 += weight[i] * q * q;
@@ -214,11 +225,12 @@ void group_weights(const float* xb, const float* qw, float sigma2, float* weight
   for (int i = 0; i < 32; ++i) waux[i] = std::sqrt(weight[i]);
 }
 
-// Magnitudes and 7-bit signs of 4 x 8 values (IQ2_XXS, IQ3_XXS): the eighth sign is implied
-// (an even count of negatives), so for an odd count the value that costs least to flip gets
+// Magnitudes and 7-bit signs of groups x 8 values (IQ2_XXS, IQ2_XS, IQ3_XXS): the eighth sign is
+// implied (an even count of negatives), so for an odd count the value that costs least to flip gets
 // its sign flipped (its magnitude goes negative).
-void even_signs(const float* xb, const float* weight, float* xval, uint8_t* block_signs) {
-  for (int k = 0; k < 4; ++k) {
+void even_signs(const float* xb, const float* weight, float* xval, uint8_t* block_signs,
+                int groups = 4) {
+  for (int k = 0; k < groups; ++k) {
     int nflip = 0;
     uint8_t s = 0;
     for (int i = 0; i < 8; ++i) {
@@ -445,6 +457,124 @@ void iq4_super_block(int n, const float* x, const float* qw, uint16_t* dh, uint8
       q4[16 * i + j] = static_cast<uint8_t>(L[32 * i + j] | (L[32 * i + 16 + j] << 4));
 }
 
+// ---- IQ2_XS / IQ2_S: groups of 16 (two lattice points of 8), a 4-bit scale per 16 ----
+
+// ggml's quantize_row_iq2_xs_impl (xs: 512-point grid, 7 sign bits with implied parity,
+// importance required; 74-byte blocks: d, 32 u16 of 9-bit index and signs, 8 scale bytes) and
+// quantize_row_iq2_s_impl (s: 1024-point grid, 8 stored sign bits, importance optional; 82-byte
+// blocks: d, 32 low index bytes, 32 sign bytes, 8 bytes of index high bits, 8 scale bytes).
+template <bool kS>
+void encode_iq2_xs_s_row(const float* x, uint8_t* dst, int64_t n, const float* qw) {
+  const Lattice& lat = kS ? iq2_s_lattice() : iq2_xs_lattice();
+  constexpr int kMaxQ = 3;
+  constexpr int kBytes = kS ? 82 : 74;
+  constexpr float kEps = kS ? 1e-8f : kGroupMaxEps;
+  const char* name = kS ? "iq2_s" : "iq2_xs";
+  for (int64_t ibl = 0; ibl < n / kQK; ++ibl, dst += kBytes) {
+    std::memset(dst, 0, kBytes);
+    uint8_t* block_scales = dst + kBytes - 8;
+    uint16_t q2[32] = {};  // xs: index | signs << 9
+    const float* xbl = x + kQK * ibl;
+    float scales[16];
+    float max_scale = 0;
+    float sumx2 = 0;
+    for (int i = 0; i < kQK; ++i) sumx2 += xbl[i] * xbl[i];
+    const float sigma2 = (kS ? 2 * sumx2 : sumx2) / kQK;
+    for (int ib = 0; ib < 16; ++ib) {
+      const float* xb = xbl + 16 * ib;
+      float weight[16], waux[16], xval[16];
+      int8_t L[16] = {}, Laux[16];
+      bool on_grid[2] = {true, true}, on_grid_aux[2];
+      uint8_t block_signs[2];
+      if (qw) {
+        const float* w = qw + kQK * ibl + 16 * ib;
+        for (int i = 0; i < 16; ++i) weight[i] = w[i] * std::sqrt(sigma2 + xb[i] * xb[i]);
+      } else {
+        for (int i = 0; i < 16; ++i) weight[i] = 0.25f * sigma2 + xb[i] * xb[i];
+      }
+      for (int i = 0; i < 16; ++i) waux[i] = std::sqrt(weight[i]);
+      if constexpr (kS) {
+        for (int k = 0; k < 2; ++k) {
+          uint8_t sg = 0;
+          for (int i = 0; i < 8; ++i) {
+            if (xb[8 * k + i] >= 0) {
+              xval[8 * k + i] = xb[8 * k + i];
+            } else {
+              xval[8 * k + i] = -xb[8 * k + i];
+              sg |= static_cast<uint8_t>(1 << i);
+            }
+          }
+          block_signs[k] = sg;
+        }
+      } else {
+        even_signs(xb, weight, xval, block_signs, 2);
+      }
+      float max = xval[0];
+      for (int i = 1; i < 16; ++i) max = std::max(max, xval[i]);
+      if (max < kEps) {
+        scales[ib] = 0;
+        continue;
+      }
+      float best = 0;
+      float scale = max / (2 * kMaxQ - 1);
+      for (int is = -9; is <= 9; ++is) {
+        const float id = (2 * kMaxQ - 1 + static_cast<float>(is) * 0.1f) / max;
+        const float this_scale = 1 / id;
+        for (int k = 0; k < 2; ++k)
+          lattice_codes<8, 2, kMaxQ>(lat, xval + 8 * k, waux + 8 * k, id, this_scale, Laux + 8 * k,
+                                     &on_grid_aux[k]);
+        const auto [sumqx, sumq2] = fit_sums(weight, xval, Laux, 16);
+        if (sumq2 > 0 && sumqx * sumqx > best * sumq2) {
+          scale = sumqx / sumq2;
+          best = scale * sumqx;
+          std::memcpy(L, Laux, 16);
+          on_grid[0] = on_grid_aux[0];
+          on_grid[1] = on_grid_aux[1];
+        }
+      }
+      if ((!on_grid[0] || !on_grid[1]) && scale > 0) {
+        const float id = 1 / scale;
+        for (int k = 0; k < 2; ++k)
+          if (!on_grid[k])
+            lattice_codes<8, 2, kMaxQ>(lat, xval + 8 * k, waux + 8 * k, id, scale, L + 8 * k);
+        const auto [sumqx, sumq2] = fit_sums(weight, xval, L, 16);
+        if (sumq2 > 0) scale = sumqx / sumq2;
+      }
+      if (scale < 0) {
+        scale = -scale;
+        for (int k = 0; k < 2; ++k)
+          block_signs[k] = static_cast<uint8_t>(kS ? ~block_signs[k] : ~block_signs[k] & 127);
+      }
+      for (int k = 0; k < 2; ++k) {
+        const int g = grid_index_of<8, 2>(lat, L + 8 * k, name, 2 * ib + k, ibl);
+        const int i8 = 2 * ib + k;
+        if constexpr (kS) {
+          dst[2 + i8] = static_cast<uint8_t>(g & 255);
+          dst[66 + i8 / 4] |= static_cast<uint8_t>((g >> 8) << (2 * (i8 % 4)));
+          dst[2 + 32 + i8] = block_signs[k];
+        } else {
+          q2[i8] = static_cast<uint16_t>(g | (block_signs[k] << 9));
+        }
+      }
+      scales[ib] = scale;
+      max_scale = std::max(max_scale, scale);
+    }
+    if (max_scale == 0) continue;  // d and everything else stay zero
+    const float d = max_scale / 31;
+    const uint16_t dh = fp32_to_fp16(kS ? d * 0.9875f : d);
+    std::memcpy(dst, &dh, 2);
+    const float id = 1 / d;
+    for (int ib = 0; ib < 16; ++ib) {
+      const int l = std::max(0, std::min(15, nearest_int(0.5f * (id * scales[ib] - 1))));
+      if (ib % 2 == 0)
+        block_scales[ib / 2] = static_cast<uint8_t>(l);
+      else
+        block_scales[ib / 2] |= static_cast<uint8_t>(l << 4);
+    }
+    if constexpr (!kS) std::memcpy(dst + 2, q2, 64);
+  }
+}
+
 // ---- IQ3_XXS / IQ3_S: groups of 4 magnitudes on a 256- / 512-point lattice of odd values up
 // to 15, a 4-bit scale per 32 ----
 
@@ -636,6 +766,23 @@ void encode_iq3_s_row(const float* x, uint8_t* dst, int64_t n, const float* qw) 
 }
 
 }  // namespace
+
+void encode_iq2_xs(const float* src, uint8_t* dst, int64_t nrows, int64_t n_per_row,
+                   const float* imatrix) {
+  if (!imatrix)
+    throw Error("iq2_xs needs importance weights (an imatrix, or the column-energy fallback)",
+                Error::Kind::kUsage);
+  for (int64_t r = 0; r < nrows; ++r)
+    encode_iq2_xs_s_row<false>(src + r * n_per_row, dst + r * (n_per_row / kQK) * 74, n_per_row,
+                               imatrix);
+}
+
+void encode_iq2_s(const float* src, uint8_t* dst, int64_t nrows, int64_t n_per_row,
+                  const float* imatrix) {
+  for (int64_t r = 0; r < nrows; ++r)
+    encode_iq2_xs_s_row<true>(src + r * n_per_row, dst + r * (n_per_row / kQK) * 82, n_per_row,
+                              imatrix);
+}
 
 void encode_iq3_xxs(const float* src, uint8_t* dst, int64_t nrows, int64_t n_per_row,
                     const float* imatrix) {
