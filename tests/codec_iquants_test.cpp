@@ -7,6 +7,7 @@
 #include <array>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <vector>
 
 #include "codec_conformance.h"
@@ -284,6 +285,14 @@ TEST(codec_iquants, iq2_xxs_encode_matches_ggml) {
   GGUF_REQUIRE_GGML();
   check_encode_against_ggml(GgmlType::IQ2_XXS);
 }
+TEST(codec_iquants, iq1_s_encode_matches_ggml) {
+  GGUF_REQUIRE_GGML();
+  check_encode_against_ggml(GgmlType::IQ1_S);
+}
+TEST(codec_iquants, iq1_m_encode_matches_ggml) {
+  GGUF_REQUIRE_GGML();
+  check_encode_against_ggml(GgmlType::IQ1_M);
+}
 TEST(codec_iquants, iq2_xs_encode_matches_ggml) {
   GGUF_REQUIRE_GGML();
   check_encode_against_ggml(GgmlType::IQ2_XS);
@@ -307,6 +316,47 @@ TEST(codec_iquants, iq4_nl_encode_matches_ggml) {
 TEST(codec_iquants, iq4_xs_encode_matches_ggml) {
   GGUF_REQUIRE_GGML();
   check_encode_against_ggml(GgmlType::IQ4_XS);
+}
+
+// Non-finite inputs: the 4-bit non-linear encoders produce ggml's bytes even then (the lattice
+// encoders refuse such rows, see below, where ggml may abort).
+TEST(codec_iquants, iq4_encoders_match_ggml_on_non_finite_rows) {
+  GGUF_REQUIRE_GGML();
+  auto x = testing::make_rows(testing::Dist::kGaussian, 4, 512, 77);
+  x[3] = std::numeric_limits<float>::quiet_NaN();
+  x[600] = std::numeric_limits<float>::infinity();
+  x[1100] = -std::numeric_limits<float>::infinity();
+  x[1500] = std::numeric_limits<float>::quiet_NaN();
+  x[1501] = std::numeric_limits<float>::infinity();
+  const auto imp = testing::make_importance(512, 77);
+  for (GgmlType t : {GgmlType::IQ4_NL, GgmlType::IQ4_XS}) {
+    testing::expect_encode_matches_ggml(t, x, 4, 512, nullptr, "non-finite, no importance");
+    testing::expect_encode_matches_ggml(t, x, 4, 512, imp.data(), "non-finite, importance");
+  }
+}
+
+// The lattice encoders on rows holding NaN or infinity: a clear error or bytes, never a crash
+// or an index off the lattice (ggml asserts or reads out of bounds there).
+TEST(codec_iquants, lattice_encoders_survive_non_finite_rows) {
+  for (GgmlType t : {GgmlType::IQ1_S, GgmlType::IQ1_M, GgmlType::IQ2_XXS, GgmlType::IQ2_XS,
+                     GgmlType::IQ2_S, GgmlType::IQ3_XXS, GgmlType::IQ3_S}) {
+    for (float bad :
+         {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity()}) {
+      auto x = testing::make_rows(testing::Dist::kGaussian, 2, 256, 5);
+      x[40] = bad;
+      const auto imp = testing::make_importance(256, 5);
+      std::vector<uint8_t> q(*row_bytes(t, 256) * 2);
+      try {
+        quantize(t, x, 2, 256, imp, q);
+        std::vector<float> y(512);
+        dequantize(t, q, y);  // whatever came out is a valid block
+        SUCCEED();
+      } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("non-finite"), std::string::npos)
+            << traits(t).name << ": " << e.what();
+      }
+    }
+  }
 }
 
 TEST(codec_iquants, iq2_xxs_encode_needs_importance_and_whole_blocks) {

@@ -281,8 +281,8 @@ void register_iquant_codecs(CodecTable& t) {
   entry(t, GgmlType::IQ2_S) = {decode_iq2_s, iq::encode_iq2_s};
   entry(t, GgmlType::IQ3_XXS) = {decode_iq3_xxs, iq::encode_iq3_xxs};
   entry(t, GgmlType::IQ3_S) = {decode_iq3_s, iq::encode_iq3_s};
-  entry(t, GgmlType::IQ1_S).decode = decode_iq1_s;
-  entry(t, GgmlType::IQ1_M).decode = decode_iq1_m;
+  entry(t, GgmlType::IQ1_S) = {decode_iq1_s, iq::encode_iq1_s};
+  entry(t, GgmlType::IQ1_M) = {decode_iq1_m, iq::encode_iq1_m};
   entry(t, GgmlType::IQ4_NL) = {decode_iq4_nl, iq::encode_iq4_nl};
   entry(t, GgmlType::IQ4_XS) = {decode_iq4_xs, iq::encode_iq4_xs};
 }

@@ -24,6 +24,10 @@
 #include "gguf/error.h"
 #include "gguf/fp16.h"
 
+// Search helpers that vectorize are also built for AVX2, like the decoders (same arithmetic,
+// chosen at run time).
+#define GGUF_ENCODE_CLONES GGUF_DECODE_CLONES
+
 namespace gguf::detail::iq {
 namespace {
 
@@ -31,6 +35,9 @@ using kq::kGroupMaxEps;
 using kq::nearest_int;
 
 constexpr int kQK = 256;
+
+// ggml's MAX(a, b): a > b ? a : b (unlike std::max, a NaN in b wins).
+inline float gmax(float a, float b) { return a > b ? a : b; }
 
 // A lattice grid for the encoders: its points as odd magnitudes 2*code + 1 (ggml's
 // kgrid_q2xs / kgrid_q3xs bytes), the map from a tuple of codes (bits per code each) to the
@@ -130,6 +137,16 @@ const Lattice& iq2_xs_lattice() {
 }
 const Lattice& iq2_s_lattice() {
   static const Lattice lat = iq2_lattice(kIq2SGrid, 1);
+  return lat;
+}
+// IQ1 grid: 8 signed values -1, 0, 1 (codes 0, 1, 2), two bits per code.
+const Lattice& iq1_lattice() {
+  static const Lattice lat = [] {
+    std::vector<std::array<int, 8>> codes(2048);
+    for (size_t k = 0; k < 2048; ++k)
+      for (int j = 0; j < 8; ++j) codes[k][j] = static_cast<int8_t>(grid_byte(kIq1SGrid[k], j)) + 1;
+    return make_lattice(codes, 8, 2, 43692, 3);
+  }();
   return lat;
 }
 const Lattice& iq3_xxs_lattice() {
@@ -279,7 +296,7 @@ void encode_iq2_xxs_row(const float* x, uint8_t* dst, int64_t n, const float* qw
       group_weights(xb, w, sigma2, weight, waux);
       even_signs(xb, weight, xval, block_signs);
       float max = xval[0];
-      for (int i = 1; i < 32; ++i) max = std::max(max, xval[i]);
+      for (int i = 1; i < 32; ++i) max = gmax(max, xval[i]);
       if (max < kGroupMaxEps) {
         scales[ib] = 0;
         continue;
@@ -324,7 +341,7 @@ void encode_iq2_xxs_row(const float* x, uint8_t* dst, int64_t n, const float* qw
         q2[2 * ib + 1] |= static_cast<uint32_t>(block_signs[k]) << (7 * k);
       }
       scales[ib] = scale;
-      max_scale = std::max(max_scale, scale);
+      max_scale = gmax(max_scale, scale);
     }
     uint16_t dh = 0;  // fp16 zero
     if (max_scale != 0) {
@@ -345,20 +362,30 @@ void encode_iq2_xxs_row(const float* x, uint8_t* dst, int64_t n, const float* qw
 
 // ---- IQ4_NL / IQ4_XS: 16 non-linear levels per element, scale per 32 ----
 
-// The level nearest x (ties to the upper one), by bisection as ggml's best_index_int8.
-int best_level(float x) {
-  const auto& v = kValuesIq4Nl;
-  if (x <= v[0]) return 0;
-  if (x >= v[15]) return 15;
-  int ml = 0, mu = 15;
-  while (mu - ml > 1) {
-    const int mav = (ml + mu) / 2;
-    if (x < v[mav])
-      mu = mav;
-    else
-      ml = mav;
+// The level nearest x, as ggml's best_index_int8 finds it by bisection (0 at or below the
+// lowest level, 15 at or above the highest, else the nearer of the two levels around x with
+// ggml's float comparison, ties to the upper). Branch-free: the level above x is one more than
+// the count of inner levels at or below it. A NaN ends the bisection at 15, as in ggml.
+constexpr float kLevels[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
+                               1,    13,   25,  38,  53,  69,  89,  113};
+
+inline int best_level(float x) {
+  if (x != x) return 15;
+  int mu = 1;
+  for (int k = 1; k < 15; ++k) mu += kLevels[k] <= x;
+  return x - kLevels[mu - 1] < kLevels[mu] - x ? mu - 1 : mu;
+}
+
+// best_level(id * xb[j]) for the 32 values of a group, written so that it vectorizes.
+GGUF_ENCODE_CLONES void levels32(const float* __restrict xb, float id, int* __restrict out) {
+  for (int j = 0; j < 32; ++j) {
+    const float x = id * xb[j];
+    int mu = 1;
+    for (int k = 1; k < 15; ++k) mu += kLevels[k] <= x ? 1 : 0;
+    const float lo = kLevels[mu - 1], hi = kLevels[mu];
+    const int l = x - lo < hi - x ? mu - 1 : mu;
+    out[j] = x != x ? 15 : l;
   }
-  return x - v[mu - 1] < v[mu] - x ? mu - 1 : mu;
 }
 
 // One super-block of n (32 for IQ4_NL, 256 for IQ4_XS) values in groups of 32: ggml's
@@ -400,8 +427,10 @@ void iq4_super_block(int n, const float* x, const float* qw, uint16_t* dh, uint8
     float d = -max / values[0];
     float id = 1 / d;
     float sumqx = 0, sumq2 = 0;
+    int lv[kGroup];
+    levels32(xb, id, lv);
     for (int j = 0; j < kGroup; ++j) {
-      const int l = best_level(id * xb[j]);
+      const int l = lv[j];
       Lb[j] = static_cast<uint8_t>(l);
       const float q = values[l];
       sumqx += weight[j] * q * xb[j];
@@ -412,8 +441,9 @@ void iq4_super_block(int n, const float* x, const float* qw, uint16_t* dh, uint8
     for (int itry = -kTry; itry <= kTry; ++itry) {
       id = static_cast<float>(itry + values[0]) / max;
       sumqx = sumq2 = 0;
+      levels32(xb, id, lv);
       for (int j = 0; j < kGroup; ++j) {
-        const float q = values[best_level(id * xb[j])];
+        const float q = values[lv[j]];
         sumqx += weight[j] * q * xb[j];
         sumq2 += weight[j] * q * q;
       }
@@ -455,6 +485,317 @@ void iq4_super_block(int n, const float* x, const float* qw, uint16_t* dh, uint8
   for (int i = 0; i < n / 32; ++i)
     for (int j = 0; j < 16; ++j)
       q4[16 * i + j] = static_cast<uint8_t>(L[32 * i + j] | (L[32 * i + 16 + j] << 4));
+}
+
+// ---- IQ1_S / IQ1_M: 8 values of -1, 0, +1 on a 2048-point grid, shifted by +-1/8 ----
+
+constexpr float kIq1Delta8 = 0.125f;
+
+// ggml's iq1_find_best_neighbour2: the neighbour whose levels xg (per code) at scale best fit
+// the signed values x under weight; writes its codes to L.
+int iq1_best_neighbour(const Lattice& lat, int u, const float* x, const float* weight, float scale,
+                       const float* xg, int8_t* L) {
+  const uint16_t* nb = lat.neighbours.data() - lat.map[u] - 1;
+  float best = FLT_MAX;
+  int g = -1;
+  for (int j = 1; j <= nb[0]; ++j) {
+    const auto& pg = lat.points[nb[j]];
+    float d2 = 0;
+    for (int i = 0; i < 8; ++i) {
+      const float q = xg[(pg[i] - 1) / 2];
+      const float diff = scale * q - x[i];
+      d2 += weight[i] * diff * diff;
+    }
+    if (d2 < best) {
+      best = d2;
+      g = nb[j];
+    }
+  }
+  if (g < 0) throw Error("iq1 lattice search found no neighbour (non-finite input?)");
+  for (int i = 0; i < 8; ++i) L[i] = static_cast<int8_t>((lat.points[g][i] - 1) / 2);
+  return g;
+}
+
+// The values of a group sorted ascending, ties in index order (ggml's qsort of (value, index)
+// pairs by value is glibc's stable merge sort).
+template <int N>
+void sorted_order(const float* xb, int* idx) {
+  for (int j = 0; j < N; ++j) idx[j] = j;
+  std::stable_sort(idx, idx + N, [xb](int a, int b) { return xb[a] < xb[b]; });
+}
+
+// ggml's quantize_row_iq1_s_impl: 50-byte blocks of d, 32 low index bytes, 8 u16 of three
+// 3-bit index highs, a 3-bit scale and the shift sign. Importance required.
+void encode_iq1_s_row(const float* x, uint8_t* dst, int64_t n, const float* qw) {
+  const Lattice& lat = iq1_lattice();
+  constexpr int kBs = 32;
+  const float x_p[3] = {-1 + kIq1Delta8, kIq1Delta8, 1 + kIq1Delta8};
+  const float x_m[3] = {-1 - kIq1Delta8, -kIq1Delta8, 1 - kIq1Delta8};
+  for (int64_t ibl = 0; ibl < n / kQK; ++ibl, dst += 50) {
+    std::memset(dst, 0, 50);
+    uint8_t* qs = dst + 2;
+    uint16_t qh[8] = {};
+    const float* xbl = x + kQK * ibl;
+    float scales[8];
+    int8_t shifts[8];
+    float max_scale = 0;
+    float sumx2 = 0;
+    for (int i = 0; i < kQK; ++i) sumx2 += xbl[i] * xbl[i];
+    const float sigma2 = 2 * sumx2 / kQK;
+    for (int ib = 0; ib < kQK / kBs; ++ib) {
+      const float* xb = xbl + kBs * ib;
+      const float* w = qw + kQK * ibl + kBs * ib;
+      float weight[kBs];
+      for (int i = 0; i < kBs; ++i) weight[i] = w[i] * std::sqrt(sigma2 + xb[i] * xb[i]);
+      float max = std::fabs(xb[0]);
+      for (int i = 1; i < kBs; ++i) max = gmax(max, std::fabs(xb[i]));
+      if (max < 1e-12f) {
+        scales[ib] = 0;
+        shifts[ib] = 1;
+        continue;
+      }
+      // Exhaustive split of the sorted values into the three levels, by prefix sums.
+      int idx[kBs];
+      sorted_order<kBs>(xb, idx);
+      float sumx[kBs + 1], sumw[kBs + 1];
+      sumx[0] = sumw[0] = 0;
+      for (int j = 0; j < kBs; ++j) {
+        const int i = idx[j];
+        sumx[j + 1] = sumx[j] + weight[i] * xb[i];
+        sumw[j + 1] = sumw[j] + weight[i];
+      }
+      float best_score = -FLT_MAX, scale = max;
+      int besti1 = -1, besti2 = -1, best_shift = 0;
+      for (int i1 = 0; i1 <= kBs; ++i1) {
+        for (int i2 = i1; i2 <= kBs; ++i2) {
+          for (int sh : {1, -1}) {
+            const float* xs = sh == 1 ? x_p : x_m;
+            const float sumqx = (sumx[i1] - sumx[0]) * xs[0] + (sumx[i2] - sumx[i1]) * xs[1] +
+                                (sumx[kBs] - sumx[i2]) * xs[2];
+            const float sumq2 = (sumw[i1] - sumw[0]) * xs[0] * xs[0] +
+                                (sumw[i2] - sumw[i1]) * xs[1] * xs[1] +
+                                (sumw[kBs] - sumw[i2]) * xs[2] * xs[2];
+            if (sumq2 > 0 && sumqx * sumqx > best_score * sumq2) {
+              scale = sumqx / sumq2;
+              best_score = scale * sumqx;
+              besti1 = i1;
+              besti2 = i2;
+              best_shift = sh;
+            }
+          }
+        }
+      }
+      if (besti1 < 0 || besti2 < 0 || best_shift == 0) {
+        scales[ib] = 0;
+        shifts[ib] = 1;
+        continue;
+      }
+      int8_t L[kBs];
+      for (int j = 0; j < kBs; ++j)
+        L[idx[j]] = static_cast<int8_t>(j < besti1 ? 0 : j < besti2 ? 1 : 2);
+      if (scale < 0) {
+        for (int j = 0; j < kBs; ++j) L[j] = static_cast<int8_t>(2 - L[j]);
+        scale = -scale;
+        best_shift = -best_shift;
+      }
+      bool all_on_grid = true;
+      const float* xx = best_shift == 1 ? x_p : x_m;
+      uint16_t index[4];
+      for (int k = 0; k < kBs / 8; ++k) {
+        int u = 0;
+        for (int j = 0; j < 8; ++j) u |= L[8 * k + j] << (2 * j);
+        int g = lat.map[u];
+        if (g < 0) {
+          all_on_grid = false;
+          g = iq1_best_neighbour(lat, u, xb + 8 * k, weight + 8 * k, scale, xx, L + 8 * k);
+        }
+        index[k] = static_cast<uint16_t>(g);
+      }
+      if (!all_on_grid) {
+        float sumqx = 0, sumq2 = 0;
+        for (int k = 0; k < kBs / 8; ++k) {
+          const auto& pg = lat.points[index[k]];
+          for (int j = 0; j < 8; ++j) {
+            const float wj = weight[8 * k + j];
+            const float q = xx[(pg[j] - 1) / 2];
+            sumqx += wj * q * xb[8 * k + j];
+            sumq2 += wj * q * q;
+          }
+        }
+        if (sumqx > 0 && sumq2 > 0) scale = sumqx / sumq2;
+      }
+      uint16_t h = 0;
+      for (int k = 0; k < kBs / 8; ++k) {
+        qs[(kBs / 8) * ib + k] = static_cast<uint8_t>(index[k] & 255);
+        h |= static_cast<uint16_t>((index[k] >> 8) << (3 * k));
+      }
+      qh[ib] = h;
+      scales[ib] = scale;
+      shifts[ib] = static_cast<int8_t>(best_shift);
+      max_scale = gmax(max_scale, scale);
+    }
+    if (max_scale == 0) continue;
+    const float d = max_scale / 15;
+    const uint16_t dh = fp32_to_fp16(d * 1.125f);
+    std::memcpy(dst, &dh, 2);
+    const float id = 1 / d;
+    for (int ib = 0; ib < kQK / kBs; ++ib) {
+      int l = std::max(0, std::min(7, nearest_int(0.5f * (id * scales[ib] - 1))));
+      if (shifts[ib] == -1) l |= 8;
+      qh[ib] |= static_cast<uint16_t>(l << 12);
+    }
+    std::memcpy(dst + 34, qh, 16);
+  }
+}
+
+// ggml's quantize_row_iq1_m_impl: 56-byte blocks of 32 low index bytes, 16 bytes of index highs
+// and shift bits (two groups of 8 each), and 8 bytes of 3-bit scales whose spare nibbles hold
+// the fp16 super-block scale. Importance optional.
+void encode_iq1_m_row(const float* x, uint8_t* dst, int64_t n, const float* qw) {
+  const Lattice& lat = iq1_lattice();
+  constexpr int kBs = 16;
+  const float x_p[3] = {-1 + kIq1Delta8, kIq1Delta8, 1 + kIq1Delta8};
+  const float x_m[3] = {-1 - kIq1Delta8, -kIq1Delta8, 1 - kIq1Delta8};
+  const uint8_t masks[4] = {0x00, 0x80, 0x08, 0x88};
+  // Levels of the two groups of 8 for each of the 4 shift combinations (+,+ +,- -,+ -,-).
+  const auto levels = [&](int k, int half) { return (half == 0 ? k < 2 : k % 2 == 0) ? x_p : x_m; };
+  for (int64_t ibl = 0; ibl < n / kQK; ++ibl, dst += 56) {
+    std::memset(dst, 0, 56);
+    uint8_t* qs = dst;
+    uint8_t* qh = dst + 32;
+    uint16_t sc[4] = {};
+    const float* xbl = x + kQK * ibl;
+    float scales[16];
+    int8_t shifts[16];
+    float max_scale = 0;
+    float sumx2 = 0;
+    for (int i = 0; i < kQK; ++i) sumx2 += xbl[i] * xbl[i];
+    const float sigma2 = 2 * sumx2 / kQK;
+    float weight[kBs];
+    const auto group_weights16 = [&](const float* xb, int ib) {
+      if (qw) {
+        const float* w = qw + kQK * ibl + kBs * ib;
+        for (int i = 0; i < kBs; ++i) weight[i] = w[i] * std::sqrt(sigma2 + xb[i] * xb[i]);
+      } else {
+        for (int i = 0; i < kBs; ++i) weight[i] = xb[i] * xb[i];
+      }
+    };
+    for (int ib = 0; ib < kQK / kBs; ++ib) {
+      const float* xb = xbl + kBs * ib;
+      group_weights16(xb, ib);
+      float max = std::fabs(xb[0]);
+      for (int i = 1; i < kBs; ++i) max = gmax(max, std::fabs(xb[i]));
+      if (max < 1e-7f) {
+        scales[ib] = 0;
+        shifts[ib] = 0;
+        continue;
+      }
+      int idx[kBs];
+      sorted_order<kBs>(xb, idx);
+      float best_score = -FLT_MAX, scale = max;
+      int besti1 = -1, besti2 = -1, best_k = -1;
+      for (int i1 = 0; i1 <= kBs; ++i1) {
+        for (int i2 = i1; i2 <= kBs; ++i2) {
+          float sumqx[4], sumq2[4];
+          for (int k = 0; k < 4; ++k) {
+            float sx = 0, s2 = 0;
+            for (int j = 0; j < kBs; ++j) {
+              const int i = idx[j];
+              const float xl = levels(k, i < kBs / 2 ? 0 : 1)[j < i1 ? 0 : j < i2 ? 1 : 2];
+              sx += weight[i] * xl * xb[i];
+              s2 += weight[i] * xl * xl;
+            }
+            sumqx[k] = sx;
+            sumq2[k] = s2;
+          }
+          for (int k = 0; k < 4; ++k) {
+            if (sumq2[k] > 0 && sumqx[k] * sumqx[k] > best_score * sumq2[k]) {
+              scale = sumqx[k] / sumq2[k];
+              best_score = scale * sumqx[k];
+              besti1 = i1;
+              besti2 = i2;
+              best_k = k;
+            }
+          }
+        }
+      }
+      if (besti1 < 0 || besti2 < 0 || best_k < 0) {
+        scales[ib] = 0;
+        shifts[ib] = 0;
+        continue;
+      }
+      int8_t L[kBs];
+      for (int j = 0; j < kBs; ++j)
+        L[idx[j]] = static_cast<int8_t>(j < besti1 ? 0 : j < besti2 ? 1 : 2);
+      if (scale < 0) {
+        for (int j = 0; j < kBs; ++j) L[j] = static_cast<int8_t>(2 - L[j]);
+        scale = -scale;
+        best_k = 3 - best_k;
+      }
+      bool all_on_grid = true;
+      uint16_t index[2];
+      for (int k = 0; k < 2; ++k) {
+        const float* xx = levels(best_k, k);
+        int u = 0;
+        for (int j = 0; j < 8; ++j) u |= L[8 * k + j] << (2 * j);
+        int g = lat.map[u];
+        if (g < 0) {
+          all_on_grid = false;
+          g = iq1_best_neighbour(lat, u, xb + 8 * k, weight + 8 * k, scale, xx, L + 8 * k);
+        }
+        index[k] = static_cast<uint16_t>(g);
+      }
+      if (!all_on_grid) {
+        float sumqx_f = 0, sumq2_f = 0;
+        for (int k = 0; k < 2; ++k) {
+          const float* xx = levels(best_k, k);
+          const auto& pg = lat.points[index[k]];
+          for (int j = 0; j < 8; ++j) {
+            const float wj = weight[8 * k + j];
+            const float q = xx[(pg[j] - 1) / 2];
+            sumqx_f += wj * q * xb[8 * k + j];
+            sumq2_f += wj * q * q;
+          }
+        }
+        if (sumqx_f > 0 && sumq2_f > 0) scale = sumqx_f / sumq2_f;
+      }
+      qs[2 * ib] = static_cast<uint8_t>(index[0] & 255);
+      qs[2 * ib + 1] = static_cast<uint8_t>(index[1] & 255);
+      qh[ib] = static_cast<uint8_t>((index[0] >> 8) | ((index[1] >> 8) << 4));
+      scales[ib] = scale;
+      shifts[ib] = static_cast<int8_t>(best_k);
+      max_scale = gmax(max_scale, scale);
+    }
+    if (max_scale == 0) continue;
+    float d = max_scale / 15;
+    const float id = 1 / d;
+    float sumqx_f = 0, sumq2_f = 0;
+    for (int ib = 0; ib < kQK / kBs; ++ib) {
+      const int l = std::max(0, std::min(7, nearest_int(0.5f * (id * scales[ib] - 1))));
+      sc[ib / 4] |= static_cast<uint16_t>(l << (3 * (ib % 4)));
+      qh[ib] |= masks[shifts[ib]];
+      const float* xb = xbl + kBs * ib;
+      group_weights16(xb, ib);
+      for (int k = 0; k < 2; ++k) {
+        const float* xx = levels(shifts[ib], k);
+        const int g = qs[2 * ib + k] + ((qh[ib] << (8 - 4 * k)) & 0x700);
+        const auto& pg = lat.points[g];
+        for (int j = 0; j < 8; ++j) {
+          const float wj = weight[8 * k + j];
+          const float q = xx[(pg[j] - 1) / 2] * static_cast<float>(2 * l + 1);
+          sumqx_f += wj * q * xb[8 * k + j];
+          sumq2_f += wj * q * q;
+        }
+      }
+    }
+    if (sumq2_f > 0) d = sumqx_f / sumq2_f;
+    const uint16_t s16 = fp32_to_fp16(d * 1.1125f);
+    sc[0] |= static_cast<uint16_t>((s16 & 0x000f) << 12);
+    sc[1] |= static_cast<uint16_t>((s16 & 0x00f0) << 8);
+    sc[2] |= static_cast<uint16_t>((s16 & 0x0f00) << 4);
+    sc[3] |= static_cast<uint16_t>(s16 & 0xf000);
+    std::memcpy(dst + 48, sc, 8);
+  }
 }
 
 // ---- IQ2_XS / IQ2_S: groups of 16 (two lattice points of 8), a 4-bit scale per 16 ----
@@ -510,7 +851,7 @@ void encode_iq2_xs_s_row(const float* x, uint8_t* dst, int64_t n, const float* q
         even_signs(xb, weight, xval, block_signs, 2);
       }
       float max = xval[0];
-      for (int i = 1; i < 16; ++i) max = std::max(max, xval[i]);
+      for (int i = 1; i < 16; ++i) max = gmax(max, xval[i]);
       if (max < kEps) {
         scales[ib] = 0;
         continue;
@@ -557,7 +898,7 @@ void encode_iq2_xs_s_row(const float* x, uint8_t* dst, int64_t n, const float* q
         }
       }
       scales[ib] = scale;
-      max_scale = std::max(max_scale, scale);
+      max_scale = gmax(max_scale, scale);
     }
     if (max_scale == 0) continue;  // d and everything else stay zero
     const float d = max_scale / 31;
@@ -603,7 +944,7 @@ void encode_iq3_xxs_row(const float* x, uint8_t* dst, int64_t n, const float* qw
       group_weights(xb, qw ? qw + kQK * ibl + 32 * ib : nullptr, sigma2, weight, waux);
       even_signs(xb, weight, xval, block_signs);
       float max = xval[0];
-      for (int i = 1; i < 32; ++i) max = std::max(max, xval[i]);
+      for (int i = 1; i < 32; ++i) max = gmax(max, xval[i]);
       if (max < kGroupMaxEpsIq3Xxs) {
         scales[ib] = 0;
         continue;
@@ -647,7 +988,7 @@ void encode_iq3_xxs_row(const float* x, uint8_t* dst, int64_t n, const float* qw
       scales_and_signs[ib] = block_signs[0] | (block_signs[1] << 7) | (block_signs[2] << 14) |
                              (static_cast<uint32_t>(block_signs[3]) << 21);
       scales[ib] = scale;
-      max_scale = std::max(max_scale, scale);
+      max_scale = gmax(max_scale, scale);
     }
     uint16_t dh = fp32_to_fp16(0.f);
     if (max_scale != 0) {
@@ -705,7 +1046,7 @@ void encode_iq3_s_row(const float* x, uint8_t* dst, int64_t n, const float* qw) 
         block_signs[k] = sg;
       }
       float max = xval[0];
-      for (int i = 1; i < 32; ++i) max = std::max(max, xval[i]);
+      for (int i = 1; i < 32; ++i) max = gmax(max, xval[i]);
       if (max == 0) {
         scales[ib] = 0;
         continue;
@@ -750,7 +1091,7 @@ void encode_iq3_s_row(const float* x, uint8_t* dst, int64_t n, const float* qw) 
       std::memcpy(signs, block_signs, 4);
       signs += 4;
       scales[ib] = scale;
-      max_scale = std::max(max_scale, scale);
+      max_scale = gmax(max_scale, scale);
     }
     if (max_scale == 0) continue;
     const float d = max_scale / 31;
@@ -766,6 +1107,21 @@ void encode_iq3_s_row(const float* x, uint8_t* dst, int64_t n, const float* qw) 
 }
 
 }  // namespace
+
+void encode_iq1_s(const float* src, uint8_t* dst, int64_t nrows, int64_t n_per_row,
+                  const float* imatrix) {
+  if (!imatrix)
+    throw Error("iq1_s needs importance weights (an imatrix, or the column-energy fallback)",
+                Error::Kind::kUsage);
+  for (int64_t r = 0; r < nrows; ++r)
+    encode_iq1_s_row(src + r * n_per_row, dst + r * (n_per_row / kQK) * 50, n_per_row, imatrix);
+}
+
+void encode_iq1_m(const float* src, uint8_t* dst, int64_t nrows, int64_t n_per_row,
+                  const float* imatrix) {
+  for (int64_t r = 0; r < nrows; ++r)
+    encode_iq1_m_row(src + r * n_per_row, dst + r * (n_per_row / kQK) * 56, n_per_row, imatrix);
+}
 
 void encode_iq2_xs(const float* src, uint8_t* dst, int64_t nrows, int64_t n_per_row,
                    const float* imatrix) {

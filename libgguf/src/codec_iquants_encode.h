@@ -10,6 +10,12 @@ namespace gguf::detail::iq {
 void encode_iq2_xxs(const float* src, uint8_t* dst, int64_t nrows, int64_t n_per_row,
                     const float* imatrix);
 
+// ggml's quantize_iq1_s (importance required) and quantize_iq1_m (optional).
+void encode_iq1_s(const float* src, uint8_t* dst, int64_t nrows, int64_t n_per_row,
+                  const float* imatrix);
+void encode_iq1_m(const float* src, uint8_t* dst, int64_t nrows, int64_t n_per_row,
+                  const float* imatrix);
+
 // ggml's quantize_iq2_xs (importance required) and quantize_iq2_s (optional).
 void encode_iq2_xs(const float* src, uint8_t* dst, int64_t nrows, int64_t n_per_row,
                    const float* imatrix);
