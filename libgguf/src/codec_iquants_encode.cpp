@@ -566,22 +566,31 @@ void encode_iq1_s_row(const float* x, uint8_t* dst, int64_t n, const float* qw) 
       }
       float best_score = -FLT_MAX, scale = max;
       int besti1 = -1, besti2 = -1, best_shift = 0;
+      // The terms of the first level do not depend on i2: hoisted (same products, same sums).
       for (int i1 = 0; i1 <= kBs; ++i1) {
+        const float ax = sumx[i1] - sumx[0], aw = sumw[i1] - sumw[0];
+        const float px0 = ax * x_p[0], pw0 = aw * x_p[0] * x_p[0];
+        const float mx0 = ax * x_m[0], mw0 = aw * x_m[0] * x_m[0];
         for (int i2 = i1; i2 <= kBs; ++i2) {
-          for (int sh : {1, -1}) {
-            const float* xs = sh == 1 ? x_p : x_m;
-            const float sumqx = (sumx[i1] - sumx[0]) * xs[0] + (sumx[i2] - sumx[i1]) * xs[1] +
-                                (sumx[kBs] - sumx[i2]) * xs[2];
-            const float sumq2 = (sumw[i1] - sumw[0]) * xs[0] * xs[0] +
-                                (sumw[i2] - sumw[i1]) * xs[1] * xs[1] +
-                                (sumw[kBs] - sumw[i2]) * xs[2] * xs[2];
-            if (sumq2 > 0 && sumqx * sumqx > best_score * sumq2) {
-              scale = sumqx / sumq2;
-              best_score = scale * sumqx;
-              besti1 = i1;
-              besti2 = i2;
-              best_shift = sh;
-            }
+          const float bx = sumx[i2] - sumx[i1], cx = sumx[kBs] - sumx[i2];
+          const float bw = sumw[i2] - sumw[i1], cw = sumw[kBs] - sumw[i2];
+          float sumqx = px0 + bx * x_p[1] + cx * x_p[2];
+          float sumq2 = pw0 + bw * x_p[1] * x_p[1] + cw * x_p[2] * x_p[2];
+          if (sumq2 > 0 && sumqx * sumqx > best_score * sumq2) {
+            scale = sumqx / sumq2;
+            best_score = scale * sumqx;
+            besti1 = i1;
+            besti2 = i2;
+            best_shift = 1;
+          }
+          sumqx = mx0 + bx * x_m[1] + cx * x_m[2];
+          sumq2 = mw0 + bw * x_m[1] * x_m[1] + cw * x_m[2] * x_m[2];
+          if (sumq2 > 0 && sumqx * sumqx > best_score * sumq2) {
+            scale = sumqx / sumq2;
+            best_score = scale * sumqx;
+            besti1 = i1;
+            besti2 = i2;
+            best_shift = -1;
           }
         }
       }
