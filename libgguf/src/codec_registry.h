@@ -23,6 +23,10 @@ using CodecTable = std::array<CodecEntry, kTypeCount>;
 
 inline CodecEntry& entry(CodecTable& t, GgmlType type) { return t[static_cast<uint32_t>(type)]; }
 
+// The decoder of a type (nullptr when there is none), for hot loops that checked the sizes
+// once themselves (gguf::dequantize checks them on every call).
+DecodeFn decoder(GgmlType type);
+
 // One per family file; each fills the entries of its types.
 void register_float_codecs(CodecTable& t);   // codec_float.cpp: f32 f16 bf16 f64 i8..i64
 void register_legacy_codecs(CodecTable& t);  // codec_legacy.cpp: q4_0 q4_1 q5_0 q5_1 q8_0 q8_1

@@ -24,6 +24,10 @@ const detail::CodecTable& table() {
 
 }  // namespace
 
+namespace detail {
+DecodeFn decoder(GgmlType type) { return table()[static_cast<uint32_t>(type)].decode; }
+}  // namespace detail
+
 bool can_decode(GgmlType t) { return table()[static_cast<uint32_t>(t)].decode != nullptr; }
 bool can_encode(GgmlType t) { return table()[static_cast<uint32_t>(t)].encode != nullptr; }
 

@@ -14,6 +14,7 @@
 #include <thread>
 #include <vector>
 
+#include "codec_registry.h"
 #include "diff_internal.h"
 #include "gguf/codecs.h"
 #include "gguf/error.h"
@@ -434,16 +435,34 @@ struct Buffers {
   Floats a, b, ref;
 };
 
-// Decodes rows [row0, row0 + rows) of t into out.
-void decode_rows(const TensorRef& t, uint64_t ne0, uint64_t row0, uint64_t rows, Floats& out) {
-  const auto type = static_cast<GgmlType>(t.info->type_id);
-  const uint64_t rb = *row_bytes(type, ne0);
+// The decoder of a tensor and its row size, found once per tensor; decode_rows then calls the
+// decoder directly (the sizes were checked when the reader validated the tensor).
+struct Source {
+  const TensorRef* t = nullptr;
+  DecodeFn decode = nullptr;
+  uint64_t row_bytes = 0;
+};
+
+Source source_of(const TensorRef* t, uint64_t ne0) {
+  Source s;
+  if (!t) return s;
+  s.t = t;
+  const auto type = static_cast<GgmlType>(t->info->type_id);
+  s.decode = decoder(type);
+  if (!s.decode)
+    throw Error(t->file->path(), tensor_object(t->name()), std::nullopt,
+                fmt::format("no decoder for type {}", traits(type).name));
+  s.row_bytes = *row_bytes(type, ne0);
+  if (t->data().size() != s.row_bytes * (t->info->n_elements / ne0))
+    throw Error(t->file->path(), tensor_object(t->name()), std::nullopt,
+                "payload size does not match its shape and type");
+  return s;
+}
+
+// Decodes rows [row0, row0 + rows) of the source into out.
+void decode_rows(const Source& s, uint64_t ne0, uint64_t row0, uint64_t rows, Floats& out) {
   out.resize(rows * ne0);
-  try {
-    dequantize(type, t.data().subspan(row0 * rb, rows * rb), out);
-  } catch (const Error& e) {
-    throw e.with_context(t.file->path(), tensor_object(t.name()));
-  }
+  s.decode(s.t->data().data() + row0 * s.row_bytes, out.data(), static_cast<int64_t>(rows * ne0));
 }
 
 // Row by row, so that each row gets its own slice of the importance weights.
@@ -467,9 +486,12 @@ std::vector<ValueResult> measure_values(const std::vector<ValueJob>& jobs, unsig
                                         const std::function<void(uint64_t, uint64_t)>& progress) {
   std::vector<Item> items;
   std::vector<Geometry> geo(jobs.size());
+  std::vector<std::array<Source, 3>> src(jobs.size());  // a, b, ref
   uint64_t total = 0;
   for (size_t j = 0; j < jobs.size(); ++j) {
     geo[j] = geometry(*jobs[j].a->info);
+    src[j] = {source_of(jobs[j].a, geo[j].ne0), source_of(jobs[j].b, geo[j].ne0),
+              source_of(jobs[j].ref, geo[j].ne0)};
     const uint64_t per = std::max<uint64_t>(1, kChunkElements / std::max<uint64_t>(1, geo[j].ne0));
     for (uint64_t r = 0; r < geo[j].nrows; r += per)
       items.push_back({j, r, std::min(per, geo[j].nrows - r)});
@@ -505,11 +527,11 @@ std::vector<ValueResult> measure_values(const std::vector<ValueJob>& jobs, unsig
       const uint64_t per = std::max<uint64_t>(1, kSliceElements / std::max<uint64_t>(1, g.ne0));
       for (uint64_t r = it.row0; r < it.row0 + it.rows; r += per) {
         const uint64_t n = std::min(per, it.row0 + it.rows - r);
-        decode_rows(*job.a, g.ne0, r, n, buf.a);
-        decode_rows(*job.b, g.ne0, r, n, buf.b);
+        decode_rows(src[it.job][0], g.ne0, r, n, buf.a);
+        decode_rows(src[it.job][1], g.ne0, r, n, buf.b);
         if (job.measure_ab) accumulate_rows(buf.a, buf.b, job, g, r, n, sums[0]);
         if (job.ref) {
-          decode_rows(*job.ref, g.ne0, r, n, buf.ref);
+          decode_rows(src[it.job][2], g.ne0, r, n, buf.ref);
           accumulate_rows(buf.ref, buf.a, job, g, r, n, sums[1]);
           accumulate_rows(buf.ref, buf.b, job, g, r, n, sums[2]);
         }
