@@ -247,7 +247,9 @@ void check_encode_against_ggml(GgmlType t) {
   uint64_t seed = env ? std::strtoull(env, nullptr, 10) * 1000 : 100;
   int64_t rows = 0;
   for (testing::Dist d : testing::all_dists()) {
-    for (const Shape s : {Shape{256, 24}, Shape{1024, 6}, Shape{7 * 256, 3}}) {
+    std::vector<Shape> shapes = {{256, 24}, {1024, 6}, {7 * 256, 3}};
+    if (traits(t).block_size == 32) shapes.push_back({96, 8});  // IQ4_NL: rows of 3 blocks
+    for (const Shape s : shapes) {
       for (int mode = 0; mode < 4; ++mode) {
         ++seed;
         if (mode == 3 && requires_importance(t)) continue;
