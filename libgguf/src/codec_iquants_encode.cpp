@@ -1,12 +1,19 @@
-// Encoders of the i-quant family, byte-identical with ggml's quantize_iq* (same search, same
-// order of float operations; codec files are built with -ffp-contract=off).
+// Encoders of the i-quant family, byte-identical with ggml's quantize_iq* (same searches,
+// same order of float operations; codec files are built with -ffp-contract=off).
 //
-// IQ2_XXS: each group of 8 magnitudes is a point of a 256-entry lattice of {1,3,5}^8 (times a
-// per-32 scale), plus 7 sign bits (the eighth sign makes the count of negatives even).
-// Quantizing a group picks codes in {0,1,2} per element; when that 8-tuple is not a lattice
-// point, the nearest lattice points (by squared distance, the nearest two distances, ties by
-// index) are searched for the least importance-weighted error. The neighbour lists are built
-// once, exactly as ggml's iq2xs_init_impl orders them, since that order decides ties.
+// Lattice types (IQ1_S, IQ1_M, IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S): each group of 8 (IQ1,
+// IQ2) or 4 (IQ3) magnitudes is a point of a fixed grid, times a per-group scale, plus sign
+// bits. Quantizing a group picks a code per element; when that tuple is not a grid point, the
+// grid points nearest to it (lists built once, exactly as ggml's iq2xs_init_impl and
+// iq3xs_init_impl order them, since the order decides ties) are searched for the least
+// importance-weighted error, over a sweep of trial scales. IQ1 splits each group into three
+// levels by an exhaustive search over the sorted values.
+// Non-linear types (IQ4_NL, IQ4_XS): 16 fixed levels, a scale search per 32 values.
+//
+// Where ggml has quirks (IQ3_S does not advance its index and sign positions past an all-zero
+// group; IQ1 sorts with glibc's stable qsort), they are reproduced, because the bytes are the
+// contract. Where ggml aborts or reads out of bounds (a lattice search with no finite
+// candidate, from NaN input), we throw a gguf::Error instead.
 #include "codec_iquants_encode.h"
 
 #include <fmt/format.h>
