@@ -238,6 +238,51 @@ std::pair<float, float> fit_sums(const float* weight, const float* xval, const i
   return {sumqx, sumq2};
 }
 
+// The trial-scale sweep every lattice encoder runs (ggml repeats it in each): for each trial
+// inverse scale id = (base + is * step) / den, is in [lo, hi], the codes of every group of Dim
+// values are moved onto the lattice, and the trial whose least-squares fit explains most
+// (sumqx^2 / sumq2 largest, first one on ties) gives scale, its codes L and, per group,
+// whether the rounded codes were on the grid already.
+template <int Dim, int Bits, int kMaxQ>
+void sweep_scales(const Lattice& lat, int n, const float* xval, const float* waux,
+                  const float* weight, int lo, int hi, float base, float step, float den,
+                  float& scale, int8_t* L, bool* on_grid) {
+  int8_t Laux[32];
+  bool aux[8];
+  float best = 0;
+  for (int is = lo; is <= hi; ++is) {
+    const float id = (base + static_cast<float>(is) * step) / den;
+    const float this_scale = 1 / id;
+    for (int k = 0; k < n / Dim; ++k)
+      lattice_codes<Dim, Bits, kMaxQ>(lat, xval + Dim * k, waux + Dim * k, id, this_scale,
+                                      Laux + Dim * k, &aux[k]);
+    const auto [sumqx, sumq2] = fit_sums(weight, xval, Laux, n);
+    if (sumq2 > 0 && sumqx * sumqx > best * sumq2) {
+      scale = sumqx / sumq2;
+      best = scale * sumqx;
+      std::memcpy(L, Laux, n);
+      std::copy(aux, aux + n / Dim, on_grid);
+    }
+  }
+}
+
+// Then, at the chosen scale, groups are moved onto the lattice again (those that were off it,
+// or all when every_group) and the scale refitted; ggml does this when some group was off the
+// grid (IQ2_XXS: always) and the scale is positive.
+template <int Dim, int Bits, int kMaxQ>
+void refit_off_grid(const Lattice& lat, int n, const float* xval, const float* waux,
+                    const float* weight, bool every_group, float& scale, int8_t* L,
+                    const bool* on_grid) {
+  const bool any_off = std::find(on_grid, on_grid + n / Dim, false) != on_grid + n / Dim;
+  if (!any_off || !(scale > 0)) return;
+  const float id = 1 / scale;
+  for (int k = 0; k < n / Dim; ++k)
+    if (every_group || !on_grid[k])
+      lattice_codes<Dim, Bits, kMaxQ>(lat, xval + Dim * k, waux + Dim * k, id, scale, L + Dim * k);
+  const auto [sumqx, sumq2] = fit_sums(weight, xval, L, n);
+  if (sumq2 > 0) scale = sumqx / sumq2;
+}
+
 // Importance of each of the 32 values of a group: qw * sqrt(sigma2 + x^2) with weights, x^2
 // without; and their square roots (the weights of the lattice search).
 void group_weights(const float* xb, const float* qw, float sigma2, float* weight, float* waux) {
@@ -298,7 +343,7 @@ void encode_iq2_xxs_row(const float* x, uint8_t* dst, int64_t n, const float* qw
       const float* xb = xbl + 32 * ib;
       const float* w = qw + kQK * ibl + 32 * ib;
       float weight[32], waux[32], xval[32];
-      int8_t L[32], Laux[32];
+      int8_t L[32];
       uint8_t block_signs[4];
       group_weights(xb, w, sigma2, weight, waux);
       even_signs(xb, weight, xval, block_signs);
@@ -314,30 +359,11 @@ void encode_iq2_xxs_row(const float* x, uint8_t* dst, int64_t n, const float* qw
         scales[ib] = 0;
         continue;
       }
-      float best = 0;
-      for (int is = -6; is <= 6; ++is) {
-        const float id = (2 * kMaxQ - 1 + static_cast<float>(is) * 0.1f) / eff_max;
-        const float this_scale = 1 / id;
-        for (int k = 0; k < 4; ++k)
-          lattice_codes<8, 2, kMaxQ>(lat, xval + 8 * k, waux + 8 * k, id, this_scale, Laux + 8 * k);
-        const auto [sumqx, sumq2] = fit_sums(weight, xval, Laux);
-        if (sumq2 > 0 && sumqx * sumqx > best * sumq2) {
-          scale = sumqx / sumq2;
-          best = scale * sumqx;
-          std::memcpy(L, Laux, 32);
-        }
-      }
-      if (scale > 0) {
-        const float id = 1 / scale;
-        for (int k = 0; k < 4; ++k) {
-          const int g =
-              lattice_codes<8, 2, kMaxQ>(lat, xval + 8 * k, waux + 8 * k, id, scale, L + 8 * k);
-          for (int i = 0; i < 8; ++i)
-            L[8 * k + i] = static_cast<int8_t>((lat.points[g][i] - 1) / 2);
-        }
-        const auto [sumqx, sumq2] = fit_sums(weight, xval, L);
-        if (sumq2 > 0) scale = sumqx / sumq2;
-      }
+      bool on_grid[4] = {false, false, false, false};  // ggml refits every group, always
+      sweep_scales<8, 2, kMaxQ>(lat, 32, xval, waux, weight, -6, 6, 2 * kMaxQ - 1, 0.1f, eff_max,
+                                scale, L, on_grid);
+      std::fill(on_grid, on_grid + 4, false);
+      refit_off_grid<8, 2, kMaxQ>(lat, 32, xval, waux, weight, true, scale, L, on_grid);
       if (scale < 0) {
         scale = -scale;
         for (int k = 0; k < 4; ++k) block_signs[k] = static_cast<uint8_t>(~block_signs[k] & 127);
@@ -840,8 +866,8 @@ void encode_iq2_xs_s_row(const float* x, uint8_t* dst, int64_t n, const float* q
     for (int ib = 0; ib < 16; ++ib) {
       const float* xb = xbl + 16 * ib;
       float weight[16], waux[16], xval[16];
-      int8_t L[16] = {}, Laux[16];
-      bool on_grid[2] = {true, true}, on_grid_aux[2];
+      int8_t L[16] = {};
+      bool on_grid[2] = {true, true};
       uint8_t block_signs[2];
       if (qw) {
         const float* w = qw + kQK * ibl + 16 * ib;
@@ -872,31 +898,10 @@ void encode_iq2_xs_s_row(const float* x, uint8_t* dst, int64_t n, const float* q
         scales[ib] = 0;
         continue;
       }
-      float best = 0;
       float scale = max / (2 * kMaxQ - 1);
-      for (int is = -9; is <= 9; ++is) {
-        const float id = (2 * kMaxQ - 1 + static_cast<float>(is) * 0.1f) / max;
-        const float this_scale = 1 / id;
-        for (int k = 0; k < 2; ++k)
-          lattice_codes<8, 2, kMaxQ>(lat, xval + 8 * k, waux + 8 * k, id, this_scale, Laux + 8 * k,
-                                     &on_grid_aux[k]);
-        const auto [sumqx, sumq2] = fit_sums(weight, xval, Laux, 16);
-        if (sumq2 > 0 && sumqx * sumqx > best * sumq2) {
-          scale = sumqx / sumq2;
-          best = scale * sumqx;
-          std::memcpy(L, Laux, 16);
-          on_grid[0] = on_grid_aux[0];
-          on_grid[1] = on_grid_aux[1];
-        }
-      }
-      if ((!on_grid[0] || !on_grid[1]) && scale > 0) {
-        const float id = 1 / scale;
-        for (int k = 0; k < 2; ++k)
-          if (!on_grid[k])
-            lattice_codes<8, 2, kMaxQ>(lat, xval + 8 * k, waux + 8 * k, id, scale, L + 8 * k);
-        const auto [sumqx, sumq2] = fit_sums(weight, xval, L, 16);
-        if (sumq2 > 0) scale = sumqx / sumq2;
-      }
+      sweep_scales<8, 2, kMaxQ>(lat, 16, xval, waux, weight, -9, 9, 2 * kMaxQ - 1, 0.1f, max, scale,
+                                L, on_grid);
+      refit_off_grid<8, 2, kMaxQ>(lat, 16, xval, waux, weight, false, scale, L, on_grid);
       if (scale < 0) {
         scale = -scale;
         for (int k = 0; k < 2; ++k)
@@ -954,8 +959,8 @@ void encode_iq3_xxs_row(const float* x, uint8_t* dst, int64_t n, const float* qw
     for (int ib = 0; ib < 8; ++ib) {
       const float* xb = xbl + 32 * ib;
       float weight[32], waux[32], xval[32];
-      int8_t L[32] = {}, Laux[32];
-      bool on_grid[8], on_grid_aux[8];
+      int8_t L[32] = {};
+      bool on_grid[8];
       uint8_t block_signs[4];
       group_weights(xb, qw ? qw + kQK * ibl + 32 * ib : nullptr, sigma2, weight, waux);
       even_signs(xb, weight, xval, block_signs);
@@ -965,35 +970,11 @@ void encode_iq3_xxs_row(const float* x, uint8_t* dst, int64_t n, const float* qw
         scales[ib] = 0;
         continue;
       }
-      float best = 0;
       float scale = max / (2 * kMaxQ - 1);
       std::fill(on_grid, on_grid + 8, true);
-      for (int is = -15; is <= 15; ++is) {
-        const float id = (2 * kMaxQ - 1 + static_cast<float>(is) * 0.2f) / max;
-        const float this_scale = 1 / id;
-        for (int k = 0; k < 8; ++k)
-          lattice_codes<4, 3, kMaxQ>(lat, xval + 4 * k, waux + 4 * k, id, this_scale, Laux + 4 * k,
-                                     &on_grid_aux[k]);
-        const auto [sumqx, sumq2] = fit_sums(weight, xval, Laux);
-        if (sumq2 > 0 && sumqx * sumqx > best * sumq2) {
-          scale = sumqx / sumq2;
-          best = scale * sumqx;
-          std::memcpy(L, Laux, 32);
-          std::copy(on_grid_aux, on_grid_aux + 8, on_grid);
-        }
-      }
-      if (std::count(on_grid, on_grid + 8, false) > 0 && scale > 0) {
-        const float id = 1 / scale;
-        for (int k = 0; k < 8; ++k) {
-          if (on_grid[k]) continue;
-          const int g =
-              lattice_codes<4, 3, kMaxQ>(lat, xval + 4 * k, waux + 4 * k, id, scale, L + 4 * k);
-          for (int i = 0; i < 4; ++i)
-            L[4 * k + i] = static_cast<int8_t>((lat.points[g][i] - 1) / 2);
-        }
-        const auto [sumqx, sumq2] = fit_sums(weight, xval, L);
-        if (sumq2 > 0) scale = sumqx / sumq2;
-      }
+      sweep_scales<4, 3, kMaxQ>(lat, 32, xval, waux, weight, -15, 15, 2 * kMaxQ - 1, 0.2f, max,
+                                scale, L, on_grid);
+      refit_off_grid<4, 3, kMaxQ>(lat, 32, xval, waux, weight, false, scale, L, on_grid);
       if (scale < 0) {
         scale = -scale;
         for (int k = 0; k < 4; ++k) block_signs[k] = static_cast<uint8_t>(~block_signs[k] & 127);
@@ -1045,8 +1026,8 @@ void encode_iq3_s_row(const float* x, uint8_t* dst, int64_t n, const float* qw) 
     for (int ib = 0; ib < 8; ++ib) {
       const float* xb = xbl + 32 * ib;
       float weight[32], waux[32], xval[32];
-      int8_t L[32] = {}, Laux[32];
-      bool on_grid[8] = {}, on_grid_aux[8];
+      int8_t L[32] = {};
+      bool on_grid[8] = {};
       uint8_t block_signs[4];
       group_weights(xb, qw ? qw + kQK * ibl + 32 * ib : nullptr, sigma2, weight, waux);
       for (int k = 0; k < 4; ++k) {
@@ -1067,33 +1048,10 @@ void encode_iq3_s_row(const float* x, uint8_t* dst, int64_t n, const float* qw) 
         scales[ib] = 0;
         continue;
       }
-      float best = 0;
       float scale = max / (2 * kMaxQ - 1);
-      for (int is = -9; is <= 9; ++is) {
-        const float id = (2 * kMaxQ - 1 + static_cast<float>(is) * 0.2f) / max;
-        const float this_scale = 1 / id;
-        for (int k = 0; k < 8; ++k)
-          lattice_codes<4, 3, kMaxQ>(lat, xval + 4 * k, waux + 4 * k, id, this_scale, Laux + 4 * k,
-                                     &on_grid_aux[k]);
-        const auto [sumqx, sumq2] = fit_sums(weight, xval, Laux);
-        if (sumq2 > 0 && sumqx * sumqx > best * sumq2) {
-          scale = sumqx / sumq2;
-          best = scale * sumqx;
-          std::memcpy(L, Laux, 32);
-          std::copy(on_grid_aux, on_grid_aux + 8, on_grid);
-        }
-      }
-      if (std::count(on_grid, on_grid + 8, false) > 0 && scale > 0) {
-        const float id = 1 / scale;
-        for (int k = 0; k < 8; ++k) {  // every group, on the grid or not (as ggml)
-          const int g =
-              lattice_codes<4, 3, kMaxQ>(lat, xval + 4 * k, waux + 4 * k, id, scale, L + 4 * k);
-          for (int i = 0; i < 4; ++i)
-            L[4 * k + i] = static_cast<int8_t>((lat.points[g][i] - 1) / 2);
-        }
-        const auto [sumqx, sumq2] = fit_sums(weight, xval, L);
-        if (sumq2 > 0) scale = sumqx / sumq2;
-      }
+      sweep_scales<4, 3, kMaxQ>(lat, 32, xval, waux, weight, -9, 9, 2 * kMaxQ - 1, 0.2f, max, scale,
+                                L, on_grid);
+      refit_off_grid<4, 3, kMaxQ>(lat, 32, xval, waux, weight, true, scale, L, on_grid);
       if (scale < 0) {
         scale = -scale;
         for (int k = 0; k < 4; ++k) block_signs[k] = static_cast<uint8_t>(~block_signs[k]);
