@@ -167,6 +167,19 @@ TEST(diff, each_tensor_change_is_detected) {
   EXPECT_EQ(r.bytes_b, (32 + 96 + 8 + 4) * 4u + 128);
 }
 
+// Zero-element tensors of different types: --values has nothing to decode and must not divide
+// by a zero row length.
+TEST(diff, values_of_empty_tensors_of_different_types) {
+  Fixture a, b;
+  a.tensors.push_back({"blk.0.attn_k.weight", kF32, {0, 4}, {}});
+  b.tensors.push_back({"blk.0.attn_k.weight", kBF16, {0, 4}, {}});
+  DiffOptions o;
+  o.values = true;
+  const DiffReport r = diff(a, b, o);
+  EXPECT_EQ(find(r, "blk.0.attn_k.weight").change, TensorChange::kType);
+  EXPECT_FALSE(r.identical);
+}
+
 TEST(diff, shape_change_takes_precedence_over_type) {
   Fixture a, b;
   b.tensor("token_embd.weight").shape = {16, 2};

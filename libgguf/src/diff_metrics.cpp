@@ -452,8 +452,9 @@ Source source_of(const TensorRef* t, uint64_t ne0) {
   if (!s.decode)
     throw Error(t->file->path(), tensor_object(t->name()), std::nullopt,
                 fmt::format("no decoder for type {}", traits(type).name));
-  s.row_bytes = *row_bytes(type, ne0);
-  if (t->data().size() != s.row_bytes * (t->info->n_elements / ne0))
+  const auto rb = row_bytes(type, ne0);
+  s.row_bytes = rb.value_or(0);
+  if (!rb || (ne0 != 0 && t->data().size() != s.row_bytes * (t->info->n_elements / ne0)))
     throw Error(t->file->path(), tensor_object(t->name()), std::nullopt,
                 "payload size does not match its shape and type");
   return s;
