@@ -5,6 +5,7 @@
 
 #include "codec_iquant_tables.h"
 #include "codec_iquants_encode.h"
+#include "codec_kquants_common.h"
 #include "codec_registry.h"
 #include "gguf/fp16.h"
 
@@ -197,12 +198,9 @@ void decode_iq3_s(const uint8_t* src, float* y, int64_t n) {
   }
 }
 
-// IQ1 grid bytes are signed (-1, 0, +1); value = scale * (grid + delta).
-inline float iq1_level(uint64_t point, int j) {
-  return static_cast<float>(static_cast<int8_t>(iq::grid_byte(point, j)));
-}
-
-void decode_iq1_s(const uint8_t* src, float* y, int64_t n) {
+// IQ1 grid bytes are signed (-1, 0, +1); value = scale * (grid + delta). The decoders are also
+// built for AVX2 (GGUF_DECODE_CLONES), where their inner loops vectorize.
+GGUF_DECODE_CLONES void decode_iq1_s(const uint8_t* src, float* y, int64_t n) {
   for (int64_t i = 0; i < n / kQK; ++i) {
     const auto b = load_block<BlockIq1S>(src, i);
     const float d = fp16_to_fp32(b.d);
@@ -211,14 +209,17 @@ void decode_iq1_s(const uint8_t* src, float* y, int64_t n) {
       const float dl = d * static_cast<float>(2 * ((qh >> 12) & 7) + 1);
       const float delta = (qh & 0x8000) ? -iq::kIq1Delta : iq::kIq1Delta;
       for (int l = 0; l < 4; ++l) {
-        const uint64_t point = iq::kIq1SGrid[b.qs[4 * ib + l] | (((qh >> (3 * l)) & 7u) << 8)];
-        for (int j = 0; j < 8; ++j) *y++ = dl * (iq1_level(point, j) + delta);
+        // The point's 8 signed levels as bytes, so the loop below vectorizes (same arithmetic).
+        int8_t level[8];
+        std::memcpy(level, &iq::kIq1SGrid[b.qs[4 * ib + l] | (((qh >> (3 * l)) & 7u) << 8)], 8);
+        for (int j = 0; j < 8; ++j) y[j] = dl * (static_cast<float>(level[j]) + delta);
+        y += 8;
       }
     }
   }
 }
 
-void decode_iq1_m(const uint8_t* src, float* y, int64_t n) {
+GGUF_DECODE_CLONES void decode_iq1_m(const uint8_t* src, float* y, int64_t n) {
   for (int64_t i = 0; i < n / kQK; ++i) {
     const auto b = load_block<BlockIq1M>(src, i);
     uint16_t sc[4];
@@ -235,9 +236,11 @@ void decode_iq1_m(const uint8_t* src, float* y, int64_t n) {
         // Each qh byte serves two groups of 8: bits 0-2 / 4-6 extend the index, bit 3 / 7 is the
         // delta sign.
         const unsigned h = b.qh[2 * ib + l / 2] >> (4 * (l % 2));
-        const uint64_t point = iq::kIq1SGrid[b.qs[4 * ib + l] | ((h & 7u) << 8)];
-        const float delta = (h & 8) ? -iq::kIq1Delta : iq::kIq1Delta;
-        for (int j = 0; j < 8; ++j) *y++ = dl[l / 2] * (iq1_level(point, j) + delta);
+        int8_t level[8];
+        std::memcpy(level, &iq::kIq1SGrid[b.qs[4 * ib + l] | ((h & 7u) << 8)], 8);
+        const float delta = (h & 8) ? -iq::kIq1Delta : iq::kIq1Delta, scale = dl[l / 2];
+        for (int j = 0; j < 8; ++j) y[j] = scale * (static_cast<float>(level[j]) + delta);
+        y += 8;
       }
     }
   }
