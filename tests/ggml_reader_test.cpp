@@ -71,8 +71,7 @@ struct GgufApi {
       GgufApi a;
       auto& g = testing::GgmlRef::get();
       auto load = [&](auto& fn, const char* name, bool required = true) {
-        fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(g.symbol(name));
-        if (!fn && required) a.missing += std::string(" ") + name;
+        g.bind(fn, name, a.missing, required);
       };
       load(a.init_from_file, "gguf_init_from_file");
       load(a.free, "gguf_free");

@@ -60,9 +60,8 @@ struct WriterApi {
     static const WriterApi api = [] {
       WriterApi a;
       auto& g = testing::GgmlRef::get();
-      auto load = [&](auto& fn, const char* name) {
-        fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(g.symbol(name));
-        if (!fn) a.missing += std::string(" ") + name;
+      auto load = [&](auto& fn, const char* name, bool required = true) {
+        g.bind(fn, name, a.missing, required);
       };
       load(a.ggml_init, "ggml_init");
       load(a.ggml_free, "ggml_free");

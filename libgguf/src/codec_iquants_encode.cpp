@@ -1080,82 +1080,66 @@ void encode_iq3_s_row(const float* x, uint8_t* dst, int64_t n, const float* qw) 
   }
 }
 
+// IQ4_NL rows: blocks of 32 values (18 bytes: the fp16 scale, then the packed levels).
+void encode_iq4_nl_row(const float* x, uint8_t* dst, int64_t n, const float* qw) {
+  for (int64_t ib = 0; ib < n / 32; ++ib, dst += 18) {
+    uint16_t dh, unused_h;
+    iq4_super_block(32, x + 32 * ib, qw ? qw + 32 * ib : nullptr, &dh, dst + 2, &unused_h, nullptr);
+    std::memcpy(dst, &dh, 2);
+  }
+}
+
+// IQ4_XS rows: super-blocks of 256 (136 bytes: d, the high scale bits, the low scale nibbles,
+// the packed levels).
+void encode_iq4_xs_row(const float* x, uint8_t* dst, int64_t n, const float* qw) {
+  for (int64_t ib = 0; ib < n / kQK; ++ib, dst += 136) {
+    uint16_t dh, scales_h;
+    iq4_super_block(kQK, x + kQK * ib, qw ? qw + kQK * ib : nullptr, &dh, dst + 8, &scales_h,
+                    dst + 4);
+    std::memcpy(dst, &dh, 2);
+    std::memcpy(dst + 2, &scales_h, 2);
+  }
+}
+
+// Every encoder here works a row at a time, as ggml's quantize_iq* loops do; a row of
+// n_per_row values takes n_per_row / block_size blocks of block_bytes. (gguf::quantize has
+// checked the sizes, and that the types needing importance weights got them.)
+using RowFn = void (*)(const float* x, uint8_t* dst, int64_t n, const float* qw);
+void encode_rows(RowFn row, int64_t block_size, int64_t block_bytes, const float* src, uint8_t* dst,
+                 int64_t nrows, int64_t n_per_row, const float* imatrix) {
+  const int64_t row_bytes = n_per_row / block_size * block_bytes;
+  for (int64_t r = 0; r < nrows; ++r)
+    row(src + r * n_per_row, dst + r * row_bytes, n_per_row, imatrix);
+}
+
 }  // namespace
 
-void encode_iq1_s(const float* src, uint8_t* dst, int64_t nrows, int64_t n_per_row,
-                  const float* imatrix) {
-  if (!imatrix)
-    throw Error("iq1_s needs importance weights (an imatrix, or the column-energy fallback)",
-                Error::Kind::kUsage);
-  for (int64_t r = 0; r < nrows; ++r)
-    encode_iq1_s_row(src + r * n_per_row, dst + r * (n_per_row / kQK) * 50, n_per_row, imatrix);
+void encode_iq1_s(const float* src, uint8_t* dst, int64_t nrows, int64_t n, const float* qw) {
+  encode_rows(encode_iq1_s_row, kQK, 50, src, dst, nrows, n, qw);
 }
-
-void encode_iq1_m(const float* src, uint8_t* dst, int64_t nrows, int64_t n_per_row,
-                  const float* imatrix) {
-  for (int64_t r = 0; r < nrows; ++r)
-    encode_iq1_m_row(src + r * n_per_row, dst + r * (n_per_row / kQK) * 56, n_per_row, imatrix);
+void encode_iq1_m(const float* src, uint8_t* dst, int64_t nrows, int64_t n, const float* qw) {
+  encode_rows(encode_iq1_m_row, kQK, 56, src, dst, nrows, n, qw);
 }
-
-void encode_iq2_xs(const float* src, uint8_t* dst, int64_t nrows, int64_t n_per_row,
-                   const float* imatrix) {
-  if (!imatrix)
-    throw Error("iq2_xs needs importance weights (an imatrix, or the column-energy fallback)",
-                Error::Kind::kUsage);
-  for (int64_t r = 0; r < nrows; ++r)
-    encode_iq2_xs_s_row<false>(src + r * n_per_row, dst + r * (n_per_row / kQK) * 74, n_per_row,
-                               imatrix);
+void encode_iq2_xxs(const float* src, uint8_t* dst, int64_t nrows, int64_t n, const float* qw) {
+  encode_rows(encode_iq2_xxs_row, kQK, 66, src, dst, nrows, n, qw);
 }
-
-void encode_iq2_s(const float* src, uint8_t* dst, int64_t nrows, int64_t n_per_row,
-                  const float* imatrix) {
-  for (int64_t r = 0; r < nrows; ++r)
-    encode_iq2_xs_s_row<true>(src + r * n_per_row, dst + r * (n_per_row / kQK) * 82, n_per_row,
-                              imatrix);
+void encode_iq2_xs(const float* src, uint8_t* dst, int64_t nrows, int64_t n, const float* qw) {
+  encode_rows(encode_iq2_xs_s_row<false>, kQK, 74, src, dst, nrows, n, qw);
 }
-
-void encode_iq3_xxs(const float* src, uint8_t* dst, int64_t nrows, int64_t n_per_row,
-                    const float* imatrix) {
-  for (int64_t r = 0; r < nrows; ++r)
-    encode_iq3_xxs_row(src + r * n_per_row, dst + r * (n_per_row / kQK) * 98, n_per_row, imatrix);
+void encode_iq2_s(const float* src, uint8_t* dst, int64_t nrows, int64_t n, const float* qw) {
+  encode_rows(encode_iq2_xs_s_row<true>, kQK, 82, src, dst, nrows, n, qw);
 }
-
-void encode_iq3_s(const float* src, uint8_t* dst, int64_t nrows, int64_t n_per_row,
-                  const float* imatrix) {
-  for (int64_t r = 0; r < nrows; ++r)
-    encode_iq3_s_row(src + r * n_per_row, dst + r * (n_per_row / kQK) * 110, n_per_row, imatrix);
+void encode_iq3_xxs(const float* src, uint8_t* dst, int64_t nrows, int64_t n, const float* qw) {
+  encode_rows(encode_iq3_xxs_row, kQK, 98, src, dst, nrows, n, qw);
 }
-
-void encode_iq4_nl(const float* src, uint8_t* dst, int64_t nrows, int64_t n_per_row,
-                   const float* imatrix) {
-  for (int64_t r = 0; r < nrows; ++r)
-    for (int64_t ib = 0; ib < n_per_row / 32; ++ib, dst += 18) {
-      uint16_t dh, unused_h;
-      iq4_super_block(32, src + r * n_per_row + 32 * ib, imatrix ? imatrix + 32 * ib : nullptr, &dh,
-                      dst + 2, &unused_h, nullptr);
-      std::memcpy(dst, &dh, 2);
-    }
+void encode_iq3_s(const float* src, uint8_t* dst, int64_t nrows, int64_t n, const float* qw) {
+  encode_rows(encode_iq3_s_row, kQK, 110, src, dst, nrows, n, qw);
 }
-
-void encode_iq4_xs(const float* src, uint8_t* dst, int64_t nrows, int64_t n_per_row,
-                   const float* imatrix) {
-  for (int64_t r = 0; r < nrows; ++r)
-    for (int64_t ib = 0; ib < n_per_row / kQK; ++ib, dst += 136) {
-      uint16_t dh, scales_h;
-      iq4_super_block(kQK, src + r * n_per_row + kQK * ib, imatrix ? imatrix + kQK * ib : nullptr,
-                      &dh, dst + 8, &scales_h, dst + 4);
-      std::memcpy(dst, &dh, 2);
-      std::memcpy(dst + 2, &scales_h, 2);
-    }
+void encode_iq4_nl(const float* src, uint8_t* dst, int64_t nrows, int64_t n, const float* qw) {
+  encode_rows(encode_iq4_nl_row, 32, 18, src, dst, nrows, n, qw);
 }
-
-void encode_iq2_xxs(const float* src, uint8_t* dst, int64_t nrows, int64_t n_per_row,
-                    const float* imatrix) {
-  if (!imatrix)
-    throw Error("iq2_xxs needs importance weights (an imatrix, or the column-energy fallback)",
-                Error::Kind::kUsage);
-  for (int64_t r = 0; r < nrows; ++r)
-    encode_iq2_xxs_row(src + r * n_per_row, dst + r * (n_per_row / kQK) * 66, n_per_row, imatrix);
+void encode_iq4_xs(const float* src, uint8_t* dst, int64_t nrows, int64_t n, const float* qw) {
+  encode_rows(encode_iq4_xs_row, kQK, 136, src, dst, nrows, n, qw);
 }
 
 }  // namespace gguf::detail::iq

@@ -436,7 +436,8 @@ struct Buffers {
 };
 
 // The decoder of a tensor and its row size, found once per tensor; decode_rows then calls the
-// decoder directly (the sizes were checked when the reader validated the tensor).
+// decoder directly. The reader validated the payload sizes, and measure() only makes jobs of
+// types that have a decoder.
 struct Source {
   const TensorRef* t = nullptr;
   DecodeFn decode = nullptr;
@@ -444,20 +445,9 @@ struct Source {
 };
 
 Source source_of(const TensorRef* t, uint64_t ne0) {
-  Source s;
-  if (!t) return s;
-  s.t = t;
+  if (!t) return {};
   const auto type = static_cast<GgmlType>(t->info->type_id);
-  s.decode = decoder(type);
-  if (!s.decode)
-    throw Error(t->file->path(), tensor_object(t->name()), std::nullopt,
-                fmt::format("no decoder for type {}", traits(type).name));
-  const auto rb = row_bytes(type, ne0);
-  s.row_bytes = rb.value_or(0);
-  if (!rb || (ne0 != 0 && t->data().size() != s.row_bytes * (t->info->n_elements / ne0)))
-    throw Error(t->file->path(), tensor_object(t->name()), std::nullopt,
-                "payload size does not match its shape and type");
-  return s;
+  return {t, decoder(type), row_bytes(type, ne0).value_or(0)};
 }
 
 // Decodes rows [row0, row0 + rows) of the source into out.

@@ -33,6 +33,13 @@ class GgmlRef {
 
   // Raw symbol lookup for tests that need more (e.g. the gguf_* reader API).
   void* symbol(const char* name) const;
+  // Binds the function pointer fn to symbol name; when it is missing and required, appends
+  // " name" to missing (so a test can skip naming every absent symbol).
+  template <class F>
+  void bind(F& fn, const char* name, std::string& missing, bool required = true) const {
+    fn = reinterpret_cast<F>(symbol(name));
+    if (!fn && required) missing += std::string(" ") + name;
+  }
 
  private:
   GgmlRef();
