@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <bit>
@@ -490,6 +491,46 @@ TEST(writer, splits_by_size) {
     if (f->file_size() > 1024) {
       EXPECT_EQ(f->tensors().size(), 1u) << p;
     }
+  }
+}
+
+// A split set with more shards than the soft limit on open files allows (each shard holds a
+// descriptor and a map open until the set is committed; the default soft limit is 1024):
+// the writer and Model::open raise the soft limit towards the hard one.
+TEST(writer, split_set_larger_than_the_soft_open_file_limit) {
+  struct rlimit saved {};
+  ASSERT_EQ(::getrlimit(RLIMIT_NOFILE, &saved), 0);
+  size_t open_now = 0;
+  for (const auto& e : std::filesystem::directory_iterator("/proc/self/fd")) (void)e, ++open_now;
+  constexpr size_t kShards = 120;
+  if (saved.rlim_max != RLIM_INFINITY && saved.rlim_max < open_now + 4 * kShards + 128)
+    GTEST_SKIP() << "hard limit on open files too low: " << saved.rlim_max;
+  struct rlimit low = saved;
+  low.rlim_cur = static_cast<rlim_t>(open_now + 40);
+  ASSERT_EQ(::setrlimit(RLIMIT_NOFILE, &low), 0);
+  struct Restore {
+    rlimit r;
+    ~Restore() { ::setrlimit(RLIMIT_NOFILE, &r); }
+  } restore{saved};
+  ScratchDir dir;
+  Plan plan;
+  plan.metadata.set("general.architecture", Value::string("x"));
+  for (size_t i = 0; i < kShards; ++i)
+    plan.tensors.push_back(
+        memory_tensor(fmt::format("blk.{}.w", i), GgmlType::Q8_0, {32, 2}, i + 1));
+  WriteOptions o;
+  o.split_max_tensors = 1;
+  const auto r = write_plan(plan, dir.file("many.gguf"), o);
+  ASSERT_EQ(r.paths.size(), kShards);
+  EXPECT_TRUE(r.verified);
+  // Two open models of the set at once (as gguf-diff holds them).
+  const auto a = Model::open(r.paths[0]);
+  const auto b = Model::open(r.paths[0]);
+  ASSERT_EQ(a.tensors().size(), kShards);
+  for (size_t i = 0; i < kShards; ++i) {
+    const auto& want = payload_of(plan.tensors[i]);
+    const auto got = b.tensors()[i].data();
+    EXPECT_TRUE(std::equal(want.begin(), want.end(), got.begin(), got.end())) << i;
   }
 }
 

@@ -47,6 +47,7 @@ Model Model::open(const std::string& path) {
   const auto split = parse_split_name(path);
   if (!split || split->count == 1) return from_files({GgufFile::open(path)});
   std::vector<std::shared_ptr<const GgufFile>> shards;
+  reserve_open_files(2 * static_cast<uint64_t>(split->count));  // a descriptor and a map each
   for (int i = 1; i <= split->count; ++i) {
     const std::string p = split_path(split->prefix, i, split->count);
     if (!std::filesystem::exists(p))

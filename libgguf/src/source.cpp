@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -11,6 +12,7 @@
 #include <boost/iostreams/device/mapped_file.hpp>
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
 
 #include "gguf/error.h"
 
@@ -100,6 +102,23 @@ class MemorySource final : public ByteSource {
 
 std::shared_ptr<const ByteSource> open_file_source(const std::string& path) {
   return std::make_shared<FileSource>(path);
+}
+
+void reserve_open_files(uint64_t needed) {
+  // On top of what the process holds open already (other models, outputs, the thread pool).
+  uint64_t open_now = 0;
+  std::error_code ec;
+  for (std::filesystem::directory_iterator it("/proc/self/fd", ec), end; !ec && it != end;
+       it.increment(ec))
+    ++open_now;
+  constexpr uint64_t kSpare = 64;
+  const uint64_t want = open_now + needed + kSpare;
+  struct rlimit rl {};
+  if (::getrlimit(RLIMIT_NOFILE, &rl) != 0) return;
+  if (rl.rlim_cur == RLIM_INFINITY || rl.rlim_cur >= want) return;
+  rl.rlim_cur = rl.rlim_max == RLIM_INFINITY ? static_cast<rlim_t>(want)
+                                             : std::min(rl.rlim_max, static_cast<rlim_t>(want));
+  ::setrlimit(RLIMIT_NOFILE, &rl);
 }
 
 std::shared_ptr<const ByteSource> memory_source(std::vector<uint8_t> bytes, std::string name) {

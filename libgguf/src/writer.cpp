@@ -410,6 +410,9 @@ WriteResult write_impl(const Plan& plan, const std::string& path, const WriteOpt
 
   const auto inputs = input_identities(plan, o);
   for (const auto& sh : shards) check_output_path(sh.path, inputs, o.force);
+  // Each shard keeps its output descriptor, and once verified its read-back map (two more),
+  // until the whole set is committed; the inputs stay open too.
+  reserve_open_files(3 * shards.size() + inputs.size());
 
   WriteResult result;
   uint64_t total = 0;
