@@ -2,6 +2,7 @@
 // partial parses, memory vs file sources, and a tensor past 4 GiB in a sparse file.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
 #include <cmath>
 #include <limits>
@@ -228,6 +229,21 @@ TEST(reader, opening_a_missing_file_names_it) {
   } catch (const Error& e) {
     EXPECT_EQ(std::string(e.what()),
               dir.file("nope.gguf") + ": cannot open: No such file or directory");
+  }
+}
+
+// A FIFO (nobody writing to it), a directory and a character device are refused at once,
+// without blocking in open() as a FIFO would for a plain O_RDONLY.
+TEST(reader, refuses_files_that_are_not_regular) {
+  testing::TempDir dir;
+  ASSERT_EQ(::mkfifo(dir.file("fifo").c_str(), 0600), 0);
+  for (const std::string& path : {dir.file("fifo"), dir.path(), std::string("/dev/null")}) {
+    try {
+      GgufFile::open(path);
+      ADD_FAILURE() << path << ": no error";
+    } catch (const Error& e) {
+      EXPECT_EQ(std::string(e.what()), path + ": not a regular file");
+    }
   }
 }
 

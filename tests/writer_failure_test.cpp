@@ -22,6 +22,7 @@
 #include <fstream>
 #include <thread>
 
+#include "gguf/cli.h"
 #include "gguf/file.h"
 #include "gguf/model.h"
 #include "gguf/writer.h"
@@ -112,6 +113,58 @@ TEST(writer, refuses_existing_output_without_force) {
   EXPECT_THAT(error_of(small_plan(), dir.file("set.gguf"), split),
               HasSubstr("set-00002-of-00002.gguf: output file exists; use --force"));
   EXPECT_FALSE(std::filesystem::exists(dir.file("set-00001-of-00002.gguf")));
+}
+
+// Not even --force replaces a FIFO or a device node with a file (-o /dev/null --force as
+// root would otherwise replace /dev/null); a symlink to one is refused the same way.
+TEST(writer, refuses_to_replace_a_non_regular_file) {
+  ScratchDir dir;
+  ASSERT_EQ(::mkfifo(dir.file("fifo").c_str(), 0600), 0);
+  ::symlink("/dev/null", dir.file("null").c_str());
+  WriteOptions o;
+  o.force = true;
+  for (const char* name : {"fifo", "null"}) {
+    SCOPED_TRACE(name);
+    EXPECT_EQ(error_of(small_plan(), dir.file(name), o),
+              dir.file(name) +
+                  ": output path exists and is not a regular file (a device, FIFO or socket); "
+                  "refusing to replace it");
+  }
+  struct stat st {};
+  ASSERT_EQ(::stat(dir.file("fifo").c_str(), &st), 0);
+  EXPECT_TRUE(S_ISFIFO(st.st_mode));
+  ASSERT_EQ(::lstat(dir.file("null").c_str(), &st), 0);
+  EXPECT_TRUE(S_ISLNK(st.st_mode));
+  EXPECT_EQ(dir.entries(), (std::vector<std::string>{"fifo", "null"}));
+}
+
+// An input truncated while mapped raises SIGBUS on the next read of the lost pages: the
+// tools' handler turns it into an error message and the failure status, and removes the
+// temp files of an unfinished output.
+TEST(writer, truncated_input_is_an_error_not_a_crash) {
+  ScratchDir dir;
+  const std::string input = dir.file("in.bin");
+  { std::ofstream(input, std::ios::binary) << std::string(1 << 16, 'x'); }
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_EXIT(
+      {
+        cli::run_tool(
+            "gguf-x",
+            [&] {
+              detail::OutputFile out(dir.file("o.gguf"), /*unnamed=*/false);
+              const auto src = open_file_source(input);
+              ::truncate(input.c_str(), 0);
+              volatile uint8_t sink = src->bytes(1 << 15, 1)[0];
+              (void)sink;
+              return 0;
+            },
+            3);
+        std::_Exit(0);
+      },
+      ::testing::ExitedWithCode(3),
+      "^gguf-x: error: a file being read was truncated or could not be read \\(SIGBUS\\): "
+      "was an input changed while in use\\? Unfinished output was removed\n$");
+  EXPECT_EQ(dir.entries(), std::vector<std::string>{"in.bin"});
 }
 
 TEST(writer, keeps_a_file_that_appears_during_the_write) {
@@ -238,8 +291,9 @@ TEST(writer, full_device_leaves_nothing) {
 }
 
 // The output file itself, unnamed (O_TMPFILE) and named (file systems without O_TMPFILE):
-// when the temp name appears, what commit() and an abandoned file leave behind.
-TEST(writer, output_file_is_named_only_when_finished) {
+// an unnamed file stays without a name through finish() (the read-back verification runs
+// then) and is named only by commit(); what commit() and an abandoned file leave behind.
+TEST(writer, output_file_is_named_only_when_committed) {
   const mode_t old_umask = ::umask(022);
   for (const bool unnamed : {true, false}) {
     SCOPED_TRACE(unnamed);
@@ -256,7 +310,7 @@ TEST(writer, output_file_is_named_only_when_finished) {
       EXPECT_EQ(temps(), unnamed ? 0u : 1u);
       EXPECT_EQ(dir.entries().size(), temps());
       out.finish();
-      ASSERT_EQ(temps(), 1u);
+      ASSERT_EQ(temps(), unnamed ? 0u : 1u);
       struct stat st {};
       ASSERT_EQ(::stat(out.temp_path().c_str(), &st), 0);
       EXPECT_EQ(st.st_size, 5);
@@ -266,6 +320,15 @@ TEST(writer, output_file_is_named_only_when_finished) {
     }
     std::ifstream in(dir.file("o.gguf"), std::ios::binary);
     EXPECT_EQ(std::vector<uint8_t>(std::istreambuf_iterator<char>(in), {}), bytes);
+    // The signal handlers' cleanup removes a named temp file (and cannot see an unnamed one,
+    // which needs no removing).
+    {
+      detail::OutputFile out(dir.file("p.gguf"), unnamed);
+      out.write(bytes);
+      out.finish();
+      detail::remove_temp_files_from_signal_handler();
+      EXPECT_EQ(dir.entries(), std::vector<std::string>{"o.gguf"});
+    }
     // Abandoned before or after finish(): nothing is left; a taken path is not replaced.
     for (const bool finished : {false, true}) {
       detail::OutputFile out(dir.file("o.gguf"), unnamed);

@@ -42,7 +42,9 @@ int run(int argc, char** argv) {
       "no-summary", "leave out the by-role and by-layer tables")(
       "json", "print the report as one JSON document")(
       "quiet,q", "print nothing; exit status only (stops at the first difference)")(
-      "threads,j", po::value(&threads)->value_name("N"), "worker threads (default: all cores)");
+      "threads,j",
+      gguf::cli::count_value(&threads, gguf::cli::kMaxThreads, "--threads")->value_name("N"),
+      "worker threads (default: all cores)");
   desc.add_options()("input", po::value(&inputs)->composing()->value_name("FILE"),
                      "the models to compare (positional)");
   selector.add_to(desc);

@@ -23,8 +23,9 @@ int main(int argc, char** argv) {
         "report what llama.cpp's loader would refuse; exit 1 if any problem")(
         "hashes", po::bool_switch(&hashes),
         "add each tensor's xxh3-64 (a manifest gguf-diff --manifest reads)")(
-        "threads", po::value(&threads), "hashing/check threads (default: all cores)")(
-        "file", po::value(&path)->required(), "GGUF file (or first shard of a split set)");
+        "threads", gguf::cli::count_value(&threads, gguf::cli::kMaxThreads, "--threads"),
+        "hashing/check threads (default: all cores)")("file", po::value(&path)->required(),
+                                                      "GGUF file (or first shard of a split set)");
     sel.add_to(desc);
     po::positional_options_description pos;
     pos.add("file", 1);

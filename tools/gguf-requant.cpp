@@ -22,14 +22,16 @@ int main(int argc, char** argv) {
         "output,o", po::value(&out), "output GGUF path (required unless --dry-run)")(
         "type", po::value(&type)->required(), "target type, any case: q4_K, q8_0, f16, bf16, ...")(
         "imatrix", po::value(&imatrix_path), "importance matrix (llama.cpp .dat or GGUF imatrix)")(
-        "threads", po::value(&threads), "encoding threads (default: all cores)")(
-        "dry-run", po::bool_switch(&dry_run), "show the plan, write nothing")(
+        "threads", gguf::cli::count_value(&threads, gguf::cli::kMaxThreads, "--threads"),
+        "encoding threads (default: all cores)")("dry-run", po::bool_switch(&dry_run),
+                                                 "show the plan, write nothing")(
         "json", po::bool_switch(&json), "print the report as one JSON document")(
         "force", po::bool_switch(&force), "replace an existing output")(
         "no-verify", po::bool_switch(&no_verify), "skip reading the output back")(
         "split-max-size", po::value(&split_size),
         "write a split set, shards at most this big (e.g. 4G)")(
-        "split-max-tensors", po::value(&split_tensors),
+        "split-max-tensors",
+        gguf::cli::count_value(&split_tensors, UINT64_MAX, "--split-max-tensors"),
         "write a split set, at most N tensors per shard")("input", po::value(&in)->required(),
                                                           "input GGUF (or first shard)");
     sel.add_to(desc);
@@ -50,16 +52,18 @@ int main(int argc, char** argv) {
     gguf::RequantOptions opt{*t, sel.parse(), imatrix ? &*imatrix : nullptr, threads};
     const gguf::RequantResult result = gguf::requant(model, opt);
     for (const auto& note : result.notes) fmt::print(stderr, "gguf-requant: note: {}\n", note);
+    gguf::WriteOptions wo;
+    wo.force = force;
+    wo.verify = !no_verify;
+    wo.inputs = result.inputs;
+    if (imatrix) wo.inputs.push_back(imatrix_path);
+    if (!split_size.empty())
+      wo.split_max_size = gguf::cli::parse_size(split_size, "split-max-size");
+    wo.split_max_tensors = split_tensors;
     std::optional<gguf::WriteResult> written;
-    if (!dry_run) {
-      gguf::WriteOptions wo;
-      wo.force = force;
-      wo.verify = !no_verify;
-      wo.inputs = result.inputs;
-      if (imatrix) wo.inputs.push_back(imatrix_path);
-      if (!split_size.empty())
-        wo.split_max_size = gguf::cli::parse_size(split_size, "split-max-size");
-      wo.split_max_tensors = split_tensors;
+    if (dry_run) {
+      gguf::check_plan(result.plan, out, wo);  // what the write would refuse, refused now
+    } else {
       gguf::cli::Progress progress("requant");
       wo.progress = progress.callback();
       written = gguf::write_plan(result.plan, out, wo);

@@ -47,7 +47,8 @@ int run(int argc, char** argv) {
       "json", "print the plan (and result) as JSON on stdout")(
       "no-verify", "skip reading the output back to compare every payload's xxh3")(
       "split-max-size", po::value(&split_size), "write a split set, shards of at most SIZE (4G)")(
-      "split-max-tensors", po::value(&split_tensors), "write a split set, N tensors per shard")(
+      "split-max-tensors", cli::count_value(&split_tensors, UINT64_MAX, "--split-max-tensors"),
+      "write a split set, N tensors per shard")(
       "allow-mixed-gate-up", "permit gate and up experts of a layer to differ in type")(
       "force-arch", "permit donors of another general.architecture");
   po::positional_options_description positional;
@@ -87,10 +88,12 @@ int run(int argc, char** argv) {
   for (const auto& w : r.warnings) fmt::print(stderr, "{}: warning: {}\n", kTool, w);
 
   std::optional<WriteResult> written;
-  if (!dry_run) {
+  wo.inputs = r.inputs;
+  if (dry_run) {
+    check_plan(r.plan, out, wo);  // what the write would refuse, refused now
+  } else {
     cli::Progress progress("splicing");
     wo.progress = progress.callback();
-    wo.inputs = r.inputs;
     written = write_plan(r.plan, out, wo);
   }
   const WriteResult* w = written ? &*written : nullptr;

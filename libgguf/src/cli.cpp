@@ -2,21 +2,75 @@
 #include "gguf/cli.h"
 
 #include <fmt/format.h>
+#include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <mutex>
 #include <new>
 #include <sstream>
 
 #include "gguf/error.h"
+#include "writer_internal.h"
 
 namespace gguf::cli {
 
 std::string_view version() { return "0.1.0"; }
 
+namespace {
+
+// What the SIGBUS handler prints and exits with, prepared before any file is mapped.
+char g_bus_message[256];
+size_t g_bus_length = 0;
+int g_bus_exit = 1;
+
+// SIGINT, SIGTERM, SIGHUP: remove the writer's named temp files (an unnamed one goes with
+// the process), then die of the signal as if it had not been caught.
+extern "C" void on_termination_signal(int sig) {
+  detail::remove_temp_files_from_signal_handler();
+  ::signal(sig, SIG_DFL);
+  ::raise(sig);
+}
+
+// SIGBUS: a mapped input shrank (or its storage failed) while being read. An error message
+// and the tool's failure status rather than a crash.
+extern "C" void on_bus_error(int) {
+  detail::remove_temp_files_from_signal_handler();
+  if (g_bus_length > 0) {
+    const ssize_t ignored = ::write(2, g_bus_message, g_bus_length);
+    (void)ignored;
+  }
+  ::_exit(g_bus_exit);
+}
+
+void install_signal_handlers(std::string_view tool, int failure_code) {
+  const std::string msg = fmt::format(
+      "{}: error: a file being read was truncated or could not be read (SIGBUS): was an input "
+      "changed while in use? Unfinished output was removed\n",
+      tool);
+  g_bus_length = std::min(msg.size(), sizeof g_bus_message);
+  std::memcpy(g_bus_message, msg.data(), g_bus_length);
+  g_bus_exit = failure_code;
+  struct sigaction sa {};
+  sigemptyset(&sa.sa_mask);
+  sa.sa_handler = on_termination_signal;
+  for (int sig : {SIGINT, SIGTERM, SIGHUP}) {
+    struct sigaction old {};
+    // A signal the caller ignores (nohup, a background job) stays ignored.
+    if (::sigaction(sig, nullptr, &old) == 0 && old.sa_handler == SIG_IGN) continue;
+    ::sigaction(sig, &sa, nullptr);
+  }
+  sa.sa_handler = on_bus_error;
+  ::sigaction(SIGBUS, &sa, nullptr);
+}
+
+}  // namespace
+
 int run_tool(std::string_view tool, const std::function<int()>& body, int failure_code) {
+  install_signal_handlers(tool, failure_code);
   try {
     return body();
   } catch (const Error& e) {
@@ -70,6 +124,17 @@ void SelectorArgs::add_to(po::options_description& desc) {
 }
 
 Selector SelectorArgs::parse() const { return parse_selector(layers, roles, matches); }
+
+void validate(boost::any& v, const std::vector<std::string>& values, Count*, int) {
+  po::validators::check_first_occurrence(v);
+  const std::string& s = po::validators::get_single_string(values);
+  uint64_t n = 0;
+  const bool digits = !s.empty() && s.size() <= 19 &&
+                      std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; });
+  if (!digits) throw po::invalid_option_value(s);
+  for (char c : s) n = n * 10 + static_cast<uint64_t>(c - '0');
+  v = Count{n};
+}
 
 uint64_t parse_size(std::string_view text, std::string_view option) {
   uint64_t value = 0;

@@ -1,12 +1,13 @@
 // The writer's output file: an unnamed file (O_TMPFILE) in the final path's directory, or a
 // named temp file where that is not supported, written with plain write() and
-// copy_file_range(), fsync'd, named, then renamed into place; removed on any failure.
+// copy_file_range(), fsync'd, then named and renamed into place; removed on any failure.
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <array>
+#include <atomic>
 #include <cerrno>
 #include <cstdio>
 #include <filesystem>
@@ -41,12 +42,41 @@ std::string temp_pattern(const std::string& final_path) {
   return (p.parent_path() / ("." + base + ".tmp.XXXXXX")).string();
 }
 
+// Temp names that exist right now, for signal handlers: a fixed table of pointers to the
+// OutputFiles' own strings (a string is not changed while its slot holds it).
+constexpr int kTempSlots = 1 << 17;  // more than the 65535 shards a split set can have
+std::atomic<const char*> g_temp_names[kTempSlots];
+
+int register_temp(const char* name) {
+  static std::atomic<int> hint{0};
+  const int start = hint.load(std::memory_order_relaxed);
+  for (int k = 0; k < kTempSlots; ++k) {
+    const int i = (start + k) % kTempSlots;
+    const char* expected = nullptr;
+    if (g_temp_names[i].compare_exchange_strong(expected, name)) {
+      hint.store((i + 1) % kTempSlots, std::memory_order_relaxed);
+      return i;
+    }
+  }
+  return -1;  // best effort: the destructor still removes it on ordinary failures
+}
+
+void unregister_temp(int& slot) {
+  if (slot >= 0) g_temp_names[slot].store(nullptr);
+  slot = -1;
+}
+
 }  // namespace
+
+void remove_temp_files_from_signal_handler() noexcept {
+  for (auto& slot : g_temp_names)
+    if (const char* name = slot.load()) ::unlink(name);
+}
 
 OutputFile::OutputFile(std::string final_path, bool unnamed) : final_(std::move(final_path)) {
   // Preferably an unnamed file (O_TMPFILE): a process killed while writing leaves nothing
-  // behind. It gets its temp name only once written and synced (see finish()). Linking it
-  // needs /proc (linkat with AT_EMPTY_PATH would need a capability).
+  // behind. It gets its temp name only in commit(), just before the rename. Linking it needs
+  // /proc (linkat with AT_EMPTY_PATH would need a capability).
   fd_ = unnamed ? ::open(parent_dir(final_).c_str(), O_TMPFILE | O_RDWR | O_CLOEXEC, 0666) : -1;
   if (fd_ >= 0) {
     proc_ = fmt::format("/proc/self/fd/{}", fd_);
@@ -61,6 +91,7 @@ OutputFile::OutputFile(std::string final_path, bool unnamed) : final_(std::move(
     throw Error(final_, {}, std::nullopt,
                 fmt::format("cannot create a temporary file in '{}': {}", parent_dir(final_),
                             errno_text(errno)));
+  slot_ = register_temp(temp_.c_str());
   // mkstemp creates 0600; the output should get the mode any new file would get.
   if (::fchmod(fd_, 0666 & ~current_umask()) != 0) {
     const int err = errno;
@@ -154,6 +185,7 @@ void OutputFile::name_temp() {
     ::unlink(name.c_str());  // ... which the link then takes
     if (::linkat(AT_FDCWD, proc_.c_str(), AT_FDCWD, name.c_str(), AT_SYMLINK_FOLLOW) == 0) {
       temp_ = std::move(name);
+      slot_ = register_temp(temp_.c_str());
       return;
     }
     if (errno != EEXIST) fail("cannot name the temporary file", errno);
@@ -164,7 +196,9 @@ void OutputFile::name_temp() {
 void OutputFile::finish() {
   object_.clear();
   if (::fsync(fd_) != 0) fail("fsync failed", errno);
-  if (temp_.empty()) name_temp();
+}
+
+void OutputFile::close_checked() {
   const int fd = fd_;
   fd_ = -1;
   // close() can report a deferred write error (e.g. on NFS).
@@ -173,10 +207,13 @@ void OutputFile::finish() {
 
 void OutputFile::commit(bool replace) {
   object_.clear();
+  if (temp_.empty()) name_temp();
+  if (fd_ >= 0) close_checked();
   // Without --force, a file created at the output path since it was checked must survive.
   if (!replace) {
     if (::renameat2(AT_FDCWD, temp_.c_str(), AT_FDCWD, final_.c_str(), RENAME_NOREPLACE) == 0) {
       committed_ = true;
+      unregister_temp(slot_);
       return;
     }
     if (errno == EEXIST)
@@ -188,6 +225,7 @@ void OutputFile::commit(bool replace) {
   if (::rename(temp_.c_str(), final_.c_str()) != 0)
     fail(fmt::format("cannot rename '{}' to the output path", temp_), errno);
   committed_ = true;
+  unregister_temp(slot_);
 }
 
 void OutputFile::remove() noexcept {
@@ -198,6 +236,7 @@ void OutputFile::remove() noexcept {
     ::unlink(final_.c_str());
   else if (!temp_.empty())
     ::unlink(temp_.c_str());
+  unregister_temp(slot_);
 }
 
 void sync_parent_directory(const std::string& path) {

@@ -9,7 +9,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <boost/iostreams/device/mapped_file.hpp>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -31,7 +30,9 @@ namespace {
 class FileSource final : public ByteSource {
  public:
   explicit FileSource(const std::string& path) : name_(path) {
-    fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    // O_NONBLOCK: opening a FIFO must not wait for a writer; it is refused below like any
+    // other file that is not a regular one (the flag means nothing for regular files).
+    fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (fd_ < 0)
       throw Error(path, {}, std::nullopt, fmt::format("cannot open: {}", std::strerror(errno)));
     struct stat st {};
@@ -42,29 +43,31 @@ class FileSource final : public ByteSource {
     size_ = static_cast<uint64_t>(st.st_size);
     dev_ = st.st_dev;
     ino_ = st.st_ino;
+    // The map is made from the descriptor just checked, not from the path again (which could
+    // name another file by now), and needs no descriptor of its own.
     if (size_ > 0) {
-      try {
-        map_.open(path);
-      } catch (const std::exception& e) {
+      void* p = ::mmap(nullptr, static_cast<size_t>(size_), PROT_READ, MAP_SHARED, fd_, 0);
+      if (p == MAP_FAILED) {
+        const int err = errno;
         ::close(fd_);
-        throw Error(path, {}, std::nullopt, fmt::format("cannot map: {}", e.what()));
+        throw Error(path, {}, std::nullopt, fmt::format("cannot map: {}", std::strerror(err)));
       }
-      if (map_.size() != size_) {
-        ::close(fd_);
-        throw Error(path, {}, std::nullopt, "file changed size while being opened");
-      }
+      map_ = static_cast<const uint8_t*>(p);
     }
   }
-  ~FileSource() override { ::close(fd_); }
+  ~FileSource() override {
+    if (map_) ::munmap(const_cast<uint8_t*>(map_), static_cast<size_t>(size_));
+    ::close(fd_);
+  }
   const std::string& name() const override { return name_; }
   uint64_t size() const override { return size_; }
   int fd() const override { return fd_; }
   void release(uint64_t offset, uint64_t len) const override {
-    if (!map_.is_open() || offset >= size_) return;
+    if (!map_ || offset >= size_) return;
     len = std::min(len, size_ - offset);
     static const uint64_t page = static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
     const uint64_t lo = offset & ~(page - 1);
-    ::madvise(const_cast<char*>(map_.data()) + lo, static_cast<size_t>(offset + len - lo),
+    ::madvise(const_cast<uint8_t*>(map_) + lo, static_cast<size_t>(offset + len - lo),
               MADV_DONTNEED);
   }
   std::optional<std::pair<uint64_t, uint64_t>> identity() const override {
@@ -72,15 +75,13 @@ class FileSource final : public ByteSource {
   }
 
  protected:
-  const uint8_t* base() const override {
-    return reinterpret_cast<const uint8_t*>(map_.is_open() ? map_.data() : nullptr);
-  }
+  const uint8_t* base() const override { return map_; }
 
  private:
   std::string name_;
   int fd_ = -1;
   uint64_t size_ = 0, dev_ = 0, ino_ = 0;
-  boost::iostreams::mapped_file_source map_;
+  const uint8_t* map_ = nullptr;
 };
 
 class MemorySource final : public ByteSource {

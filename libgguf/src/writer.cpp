@@ -178,6 +178,12 @@ void check_output_path(const std::string& out, const std::vector<Identity>& inpu
                     Error::Kind::kUsage);
     if (S_ISDIR(st.st_mode))
       throw Error(out, {}, std::nullopt, "output path is a directory", Error::Kind::kUsage);
+    // Not even --force replaces a device, FIFO or socket (e.g. -o /dev/null) with a file.
+    if (!S_ISREG(st.st_mode))
+      throw Error(out, {}, std::nullopt,
+                  "output path exists and is not a regular file (a device, FIFO or socket); "
+                  "refusing to replace it",
+                  Error::Kind::kUsage);
   }
   struct stat lst {};
   if (!force && ::lstat(out.c_str(), &lst) == 0)
@@ -398,7 +404,11 @@ void verify_file(const OutputFile& out, const GgufFile* f, const Shard& sh, uint
     if (!problems[i].empty()) fail(tensor_object(sh.tensors[i]->name), problems[i]);
 }
 
-WriteResult write_impl(const Plan& plan, const std::string& path, const WriteOptions& o) {
+// The checks made before anything is written; returns the shards and the inputs.
+std::pair<std::vector<Shard>, std::vector<Identity>> prepare(const Plan& plan,
+                                                             const std::string& path,
+                                                             const WriteOptions& o,
+                                                             bool check_paths) {
   // The writer owns the split keys: stale ones from a source would describe another layout.
   Metadata base = plan.metadata;
   for (const char* k : {detail::kSplitNo, detail::kSplitCount, detail::kSplitTensors})
@@ -406,10 +416,15 @@ WriteResult write_impl(const Plan& plan, const std::string& path, const WriteOpt
   std::vector<const PlanTensor*> all;
   for (const auto& t : plan.tensors) all.push_back(&t);
   detail::validate_header(base, plan.version, all);
-  const auto shards = assign_shards(plan, base, path, o);
+  auto shards = assign_shards(plan, base, path, o);
+  auto inputs = input_identities(plan, o);
+  if (check_paths)
+    for (const auto& sh : shards) check_output_path(sh.path, inputs, o.force);
+  return {std::move(shards), std::move(inputs)};
+}
 
-  const auto inputs = input_identities(plan, o);
-  for (const auto& sh : shards) check_output_path(sh.path, inputs, o.force);
+WriteResult write_impl(const Plan& plan, const std::string& path, const WriteOptions& o) {
+  const auto [shards, inputs] = prepare(plan, path, o, true);
   // Each shard keeps its output descriptor, and once verified its read-back map (two more),
   // until the whole set is committed; the inputs stay open too.
   reserve_open_files(3 * shards.size() + inputs.size());
@@ -485,6 +500,20 @@ WriteResult write_impl(const Plan& plan, const std::string& path, const WriteOpt
 }
 
 }  // namespace
+
+std::vector<std::string> check_plan(const Plan& plan, const std::string& path,
+                                    const WriteOptions& options) {
+  const std::string where = path.empty() ? "out.gguf" : path;
+  std::vector<std::string> paths;
+  try {
+    for (const auto& sh : prepare(plan, where, options, !path.empty()).first)
+      paths.push_back(sh.path);
+  } catch (const Error& e) {
+    if (e.path().empty()) throw e.with_context(where);
+    throw;
+  }
+  return paths;
+}
 
 WriteResult write_plan(const Plan& plan, const std::string& path, const WriteOptions& options) {
   try {

@@ -56,9 +56,11 @@ std::vector<uint8_t> encode_header(const Metadata& metadata, uint32_t version,
 std::string errno_text(int err);
 
 // A temp file in the directory of the final path: unnamed (O_TMPFILE) while it is written,
-// named ".<name>.tmp.XXXXXX" by finish() (from the start where O_TMPFILE is missing);
-// commit() renames it over the final path. Until then the final path is untouched, and the
-// destructor removes the temp file. Errors are gguf::Error naming the final path, the object being
+// synced and verified, so that a process killed meanwhile leaves nothing behind; commit()
+// names it ".<name>.tmp.XXXXXX" and renames it over the final path at once. Where O_TMPFILE
+// is missing it is named so from the start. Until commit the final path is untouched, and
+// the destructor removes the temp file; so do SIGINT, SIGTERM and SIGHUP in the tools (see
+// remove_temp_files_from_signal_handler). Errors are gguf::Error naming the final path, the object being
 // written and the byte offset in the output.
 class OutputFile {
  public:
@@ -70,7 +72,7 @@ class OutputFile {
 
   const std::string& path() const { return final_; }
   // A path that opens the file being written: its temp name, or /proc/self/fd/N while it is
-  // anonymous (valid until finish()).
+  // anonymous (valid until commit()).
   const std::string& temp_path() const { return temp_.empty() ? proc_ : temp_; }
   uint64_t position() const { return pos_; }
   // What is being written now, for messages (e.g. "tensor 'x'"); empty for the header.
@@ -82,10 +84,10 @@ class OutputFile {
   // copied: less than n when the kernel cannot copy between these files (EXDEV, EINVAL,
   // ENOSYS, EOPNOTSUPP), so the caller writes the rest itself. Throws on I/O errors.
   uint64_t copy_range(int src_fd, const std::string& src_name, uint64_t src_offset, uint64_t n);
-  // fsync, give an anonymous file its temp name, and close.
+  // fsync; the file stays open (and anonymous) until commit().
   void finish();
-  // Renames the temp file to the final path; replaces an existing file only when replace
-  // (where the file system supports RENAME_NOREPLACE).
+  // Names an anonymous file, closes it and renames it to the final path; replaces an
+  // existing file only when replace (where the file system supports RENAME_NOREPLACE).
   void commit(bool replace);
   // Removes what this object created: the temp file, or the final file after commit().
   void remove() noexcept;
@@ -95,12 +97,18 @@ class OutputFile {
 
   void name_temp();
   void start_writeback();
+  void close_checked();
 
   std::string final_, temp_, proc_, object_;  // temp_ empty while the file is anonymous
   int fd_ = -1;
   uint64_t pos_ = 0, flushed_ = 0;
   bool committed_ = false, removed_ = false;
+  int slot_ = -1;  // in the registry of temp names that signal handlers remove
 };
+
+// Unlinks every temp name an OutputFile holds right now. Async-signal-safe: for the tools'
+// handlers of SIGINT, SIGTERM, SIGHUP and SIGBUS.
+void remove_temp_files_from_signal_handler() noexcept;
 
 // fsync of the directory holding path, so that a rename survives a crash.
 void sync_parent_directory(const std::string& path);

@@ -2,6 +2,8 @@
 // options, and a progress bar on stderr when it is a terminal.
 #pragma once
 
+#include <fmt/format.h>
+
 #include <boost/program_options.hpp>
 #include <cstdint>
 #include <functional>
@@ -19,7 +21,9 @@ std::string_view version();
 
 // Runs body and maps failures to "tool: error: message" on stderr: gguf::Error of input kind
 // and I/O failures exit with failure_code (1; gguf-diff uses 2), usage errors and
-// Boost.Program_options errors with 2.
+// Boost.Program_options errors with 2. Also installs signal handlers: SIGINT, SIGTERM and
+// SIGHUP remove the writer's temp files before the process dies of them; SIGBUS (a mapped
+// input truncated while in use) prints an error and exits with failure_code.
 int run_tool(std::string_view tool, const std::function<int()>& body, int failure_code = 1);
 
 // Parses argv into vm with desc and positional; handles --help (prints usage and desc to
@@ -36,6 +40,28 @@ struct SelectorArgs {
   Selector parse() const;
   bool given() const { return !layers.empty() || !roles.empty() || !matches.empty(); }
 };
+
+// A whole-number option value. Boost's lexical_cast would read "-1" as the largest unsigned
+// value (--threads -1 asked for four billion threads); these take digits only.
+struct Count {
+  uint64_t value = 0;
+};
+void validate(boost::any& v, const std::vector<std::string>& values, Count*, int);
+
+// An option value read as a Count into *target; a usage error (exit 2) names the option
+// when the value is larger than max.
+template <class T>
+po::typed_value<Count>* count_value(T* target, uint64_t max, std::string option) {
+  return po::value<Count>()->notifier([target, max, option](const Count& c) {
+    if (c.value > max)
+      throw po::error(fmt::format("the argument ('{}') for option '{}' is larger than {}", c.value,
+                                  option, max));
+    *target = static_cast<T>(c.value);
+  });
+}
+
+// --threads accepts at most this many (and 0 where it means "all cores").
+inline constexpr uint64_t kMaxThreads = 1024;
 
 // Parses a size like "4G", "500M", "123456" (powers of 1024 for K/M/G/T); usage error otherwise.
 uint64_t parse_size(std::string_view text, std::string_view option);
