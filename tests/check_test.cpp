@@ -42,11 +42,20 @@ Model model_of(const GgufBuilder& b) {
   return Model::from_files({GgufFile::parse(memory_source(b.build(), kName))});
 }
 
-// Problems as "severity: path: object: at byte N: message".
-std::vector<std::string> problems(const Model& m, const CheckOptions& o = {}) {
+// Problems as "severity: path: object: at byte N: message". Most fixtures are minimal files
+// without general.architecture (so that the byte offsets they assert stay small); that one
+// problem is left out here and checked by check.architecture_missing_or_not_a_string.
+std::vector<std::string> all_problems(const Model& m, const CheckOptions& o = {}) {
   std::vector<std::string> out;
   for (const Problem& p : check_model(m, o))
     out.push_back(fmt::format("{}: {}", p.severity, format_problem(p)));
+  return out;
+}
+std::vector<std::string> problems(const Model& m, const CheckOptions& o = {}) {
+  std::vector<std::string> out;
+  for (auto& p : all_problems(m, o))
+    if (p.find("key 'general.architecture': missing;") == std::string::npos)
+      out.push_back(std::move(p));
   return out;
 }
 std::vector<std::string> problems(const GgufBuilder& b) { return problems(model_of(b)); }
@@ -54,6 +63,24 @@ std::vector<std::string> problems(const GgufBuilder& b) { return problems(model_
 using Strings = std::vector<std::string>;
 
 TEST(check, sound_file_has_no_problems) { EXPECT_EQ(problems(base()), Strings{}); }
+
+// llama.cpp's loader refuses a model without general.architecture or with one that is not a
+// string; a non-model GGUF (general.type, e.g. an imatrix) needs none.
+TEST(check, architecture_missing_or_not_a_string) {
+  GgufBuilder none;
+  none.tensor("t", 0, {4});
+  EXPECT_EQ(all_problems(model_of(none)),
+            Strings{"error: mem.gguf: key 'general.architecture': missing; llama.cpp's loader "
+                    "refuses a model without its architecture"});
+  GgufBuilder number;
+  number.u32("general.architecture", 7).tensor("t", 0, {4});
+  EXPECT_EQ(all_problems(model_of(number)),
+            Strings{"error: mem.gguf: key 'general.architecture': at byte 24: "
+                    "general.architecture must be a string, found u32"});
+  GgufBuilder imatrix;
+  imatrix.string("general.type", "imatrix").tensor("t.in_sum2", 0, {4});
+  EXPECT_EQ(all_problems(model_of(imatrix)), Strings{});
+}
 
 TEST(check, problem_fields) {
   const auto b = base().defect({DefectKind::kLongTensorName, 1});
@@ -269,7 +296,11 @@ TEST(check, problems_name_the_shard) {
   testing::TempDir dir;
   const std::string p1 = split_path(dir.file("m"), 1, 2), p2 = split_path(dir.file("m"), 2, 2);
   GgufBuilder a;
-  a.u16("split.no", 0).u16("split.count", 2).i32("split.tensors.count", 2).tensor("a", 0, {4});
+  a.string("general.architecture", "llama")
+      .u16("split.no", 0)
+      .u16("split.count", 2)
+      .i32("split.tensors.count", 2)
+      .tensor("a", 0, {4});
   GgufBuilder b;
   b.u16("split.no", 1).u16("split.count", 2).i32("split.tensors.count", 2);
   b.tensor(std::string(70, 'b'), 0, {4});
@@ -432,7 +463,8 @@ std::optional<bool> ggml_decodes_nonfinite(uint32_t type, const std::vector<uint
 
 bool check_flags_block(uint32_t type, const std::vector<uint8_t>& block) {
   GgufBuilder b;
-  b.u32("general.quantization_version", 2)
+  b.string("general.architecture", "llama")
+      .u32("general.quantization_version", 2)
       .tensor("q", type, {static_cast<int64_t>(find_type(type)->block_size)}, block);
   return !check_model(model_of(b)).empty();
 }

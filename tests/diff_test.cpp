@@ -381,6 +381,31 @@ TEST(diff, nan_and_inf_are_counted_and_left_out) {
   expect_metrics(m, expected(fb, fx));
 }
 
+// With no finite pair left (every value of A NaN), no metric is known: all are NaN (null in
+// JSON, "-" in text), never a perfect-looking 0.
+TEST(diff, metrics_of_no_finite_pair_are_unknown) {
+  Fixture a, b;
+  auto base = floats_of(a.tensor("blk.0.attn_q.weight"));
+  const auto x = perturbed(base, 0.01, 5);
+  std::fill(base.begin(), base.end(), std::numeric_limits<float>::quiet_NaN());
+  a.tensor("blk.0.attn_q.weight").payload = f32_bytes(base);
+  b.tensor("blk.0.attn_q.weight").payload = f32_bytes(x);
+  DiffOptions o;
+  o.values = true;
+  const ErrorMetrics m = *find(diff(a, b, o), "blk.0.attn_q.weight").metrics;
+  EXPECT_EQ(m.count, 0u);
+  EXPECT_EQ(m.nan_base, base.size());
+  for (double v : {m.rmse(), m.rel(), m.cosine(), m.snr_db(), m.max_abs_diff()})
+    EXPECT_TRUE(std::isnan(v)) << v;
+  // All-zero importance weights say nothing either.
+  ErrorMetrics w;
+  w.weighted = true;
+  w.count = 4;
+  w.sum_sq_diff = w.sum_sq_base = 1;
+  EXPECT_TRUE(std::isnan(w.weighted_rel()));
+  EXPECT_TRUE(std::isnan(w.weighted_rmse()));
+}
+
 TEST(diff, importance_weights_columns_per_expert) {
   Fixture a, b;
   const auto base = floats_of(a.tensor("blk.1.ffn_up_exps.weight"));

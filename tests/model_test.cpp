@@ -194,6 +194,19 @@ TEST(model, set_of_one_opens_as_a_single_file) {
   EXPECT_EQ(m.tensors().size(), 1u);
 }
 
+// A whole model that only looks like a shard by its name (no split keys) opens as itself,
+// as ggml would load it, whether or not other "shards" exist beside it.
+TEST(model, file_named_like_a_shard_without_split_keys) {
+  SplitSet s;
+  const std::string p = split_path(s.dir.file("solo"), 1, 2);
+  GgufBuilder b;
+  b.string("general.architecture", "qwen3").tensor("t", 1, {8});
+  b.write_file(p);
+  const Model m = Model::open(p);
+  EXPECT_EQ(m.paths(), std::vector<std::string>{p});
+  EXPECT_EQ(m.tensors().size(), 1u);
+}
+
 TEST(model, plain_file_without_split_keys) {
   GgufBuilder b;
   b.string("general.architecture", "qwen3").tensor("t", 1, {8});

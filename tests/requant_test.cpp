@@ -292,6 +292,31 @@ TEST(requant, truncated_legacy_imatrix_is_refused) {
   }
 }
 
+// Importance values are sums of squares: a negative, NaN or infinite one is refused, naming
+// the entry, the index and the byte where it is stored.
+TEST(requant, legacy_imatrix_with_a_negative_or_nan_value_is_refused) {
+  TempDir dir;
+  const std::string name = "blk.0.attn_q.weight";
+  // 4 + 4 (entry count, name length) + 19 (name) + 4 + 4 (ncall, nval): values at byte 35.
+  const std::vector<std::pair<float, std::string>> bad = {
+      {-2.0f, "-2"},
+      {std::numeric_limits<float>::quiet_NaN(), "nan"},
+      {std::numeric_limits<float>::infinity(), "inf"}};
+  for (const auto& [v, text] : bad) {
+    auto values = ramp(256, 1.0f);
+    values[5] = v;
+    write_legacy_imatrix(dir.file("im.dat"), {{name, values}}, 1);
+    try {
+      Imatrix::load(dir.file("im.dat"));
+      ADD_FAILURE() << text;
+    } catch (const Error& e) {
+      EXPECT_EQ(std::string(e.what()),
+                dir.file("im.dat") + ": tensor 'blk.0.attn_q.weight': at byte 55: value [5] is " +
+                    text + "; importance values must be finite and not negative");
+    }
+  }
+}
+
 TEST(requant, cli_reports_json_and_usage_errors) {
   TempDir dir;
   const std::string in = write_f16_model(dir);

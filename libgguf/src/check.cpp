@@ -189,6 +189,7 @@ class Checker {
 
   std::vector<Problem> run() {
     for (const auto& shard : model_.shards()) check_shard(*shard);
+    check_architecture();
     check_quantization_version();
     check_expert_types();
     if (options_.scan_data) scan_data();
@@ -345,6 +346,26 @@ class Checker {
       if (!found[i].empty())
         add(f, tensor_object(ts[i].name), f.data_start(ts[i]),
             fmt::format("{}; {}", found[i], kLayoutRule));
+  }
+
+  // llama.cpp's loader reads general.architecture first and refuses a model without it (an
+  // imatrix or other non-model GGUF says so in general.type and is left alone).
+  void check_architecture() {
+    const GgufFile& f = model_.first();
+    const KeyValue* type = nullptr;
+    const KeyValue* arch = nullptr;
+    for (const KeyValue& e : f.metadata().entries()) {
+      if (e.key == "general.type") type = &e;
+      if (e.key == "general.architecture") arch = &e;
+    }
+    if (type && type->value.as_string() && *type->value.as_string() != "model") return;
+    if (!arch)
+      return add(f, key_object("general.architecture"), std::nullopt,
+                 "missing; llama.cpp's loader refuses a model without its architecture");
+    if (arch->value.type() != ValueType::kString)
+      add(f, key_object("general.architecture"), arch->offset,
+          fmt::format("general.architecture must be a string, found {}",
+                      value_type_name(arch->value.type())));
   }
 
   void check_quantization_version() {

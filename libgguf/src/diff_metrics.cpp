@@ -30,7 +30,9 @@ double ErrorMetrics::rmse() const {
   return count ? std::sqrt(sum_sq_diff / static_cast<double>(count)) : kNaN;
 }
 
+// With no finite pair measured (all NaN, or no elements) every metric is unknown, not 0.
 double ErrorMetrics::rel() const {
+  if (count == 0) return kNaN;
   if (sum_sq_base > 0) return std::sqrt(sum_sq_diff / sum_sq_base);
   return sum_sq_diff == 0 ? 0.0 : kNaN;
 }
@@ -42,6 +44,7 @@ double ErrorMetrics::cosine() const {
 }
 
 double ErrorMetrics::snr_db() const {
+  if (count == 0) return kNaN;
   if (sum_sq_diff == 0) return std::numeric_limits<double>::infinity();
   return 10.0 * std::log10(sum_sq_base / sum_sq_diff);
 }
@@ -50,8 +53,11 @@ double ErrorMetrics::weighted_rmse() const {
   return weighted && sum_w > 0 ? std::sqrt(sum_w_sq_diff / sum_w) : kNaN;
 }
 
+double ErrorMetrics::max_abs_diff() const { return count ? max_abs : kNaN; }
+
 double ErrorMetrics::weighted_rel() const {
-  if (!weighted) return kNaN;
+  // All-zero weights say nothing about the error.
+  if (!weighted || count == 0 || !(sum_w > 0)) return kNaN;
   if (sum_w_sq_base > 0) return std::sqrt(sum_w_sq_diff / sum_w_sq_base);
   return sum_w_sq_diff == 0 ? 0.0 : kNaN;
 }

@@ -141,7 +141,7 @@ std::string values_section(const DiffReport& r) {
                                     type_text(x.a),
                                     type_text(x.b),
                                     num(m.rmse()),
-                                    num(m.max_abs),
+                                    num(m.max_abs_diff()),
                                     num(m.rel()),
                                     num(m.cosine(), "{:.6f}"),
                                     num(m.snr_db(), "{:.2f}")};
@@ -194,8 +194,8 @@ std::string group_section(const char* title, const char* key, const std::vector<
                                     cli::human_bytes(g.bytes_b), delta_text(g.bytes_a, g.bytes_b)};
     const auto pooled = [&](bool have, double v) { return have ? num(v) : std::string("-"); };
     if (r.values)
-      row.insert(row.end(),
-                 {pooled(g.measured, g.metrics.rel()), pooled(g.measured, g.metrics.max_abs)});
+      row.insert(row.end(), {pooled(g.measured, g.metrics.rel()),
+                             pooled(g.measured, g.metrics.max_abs_diff())});
     if (r.values && r.weighted) row.push_back(pooled(g.measured, g.metrics.weighted_rel()));
     const bool ref = g.ref_measured > 0;
     if (r.reference)
@@ -216,7 +216,7 @@ std::string group_section(const char* title, const char* key, const std::vector<
 json number(double v) { return std::isfinite(v) ? json(v) : json(nullptr); }
 
 json metrics_json(const ErrorMetrics& m, const char* base, const char* x) {
-  json j = {{"rmse", number(m.rmse())},     {"max_abs", number(m.max_abs)},
+  json j = {{"rmse", number(m.rmse())},     {"max_abs", number(m.max_abs_diff())},
             {"rel", number(m.rel())},       {"cosine", number(m.cosine())},
             {"snr_db", number(m.snr_db())}, {"count", m.count}};
   j[fmt::format("nan_{}", base)] = m.nan_base;

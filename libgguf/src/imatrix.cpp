@@ -3,6 +3,7 @@
 
 #include <fmt/format.h>
 
+#include <cmath>
 #include <cstring>
 
 #include "gguf/error.h"
@@ -69,6 +70,17 @@ class Reader {
   uint64_t pos_ = 0;
 };
 
+// Importance values are means (or sums) of squared activations: a negative or non-finite one
+// would turn into a negative or NaN weight inside the quantizers' searches.
+void check_values(const std::string& path, const std::string& name, const float* v, size_t n,
+                  uint64_t at, std::string_view what) {
+  for (size_t i = 0; i < n; ++i)
+    if (!(v[i] >= 0.0f) || std::isinf(v[i]))
+      throw Error(path, tensor_object(name), at + 4 * i,
+                  fmt::format("{} [{}] is {}; importance values must be finite and not negative",
+                              what, i, v[i]));
+}
+
 }  // namespace
 
 Imatrix Imatrix::load_legacy(const std::string& path) {
@@ -97,10 +109,12 @@ Imatrix Imatrix::load_legacy(const std::string& path) {
     if (nval <= 0 || ncall < 0)
       throw Error(path, object, nval_at,
                   fmt::format("bad counts (ncall {}, nval {})", ncall, nval));
+    const uint64_t values_at = r.pos();
     const auto vb = r.take(static_cast<uint64_t>(nval) * 4, object, "values");
     ImatrixEntry e;
     e.values.resize(static_cast<size_t>(nval));
     std::memcpy(e.values.data(), vb.data(), vb.size());
+    check_values(path, name, e.values.data(), e.values.size(), values_at, "value");
     // Legacy files store sums over calls: the mean is what the quantizers weight by.
     if (ncall > 0)
       for (auto& v : e.values) v /= static_cast<float>(ncall);
@@ -152,7 +166,9 @@ Imatrix Imatrix::load_gguf(const std::string& path) {
     e.ne0 = t.shape.empty() ? 1 : t.shape[0];
     e.n_mat = t.shape.size() > 1 ? t.shape[1] : 1;
     e.values = floats(t);
+    check_values(path, t.name, e.values.data(), e.values.size(), f->data_start(t), "value");
     const std::vector<float> c = floats(*counts);
+    check_values(path, counts->name, c.data(), c.size(), f->data_start(*counts), "count");
     if (static_cast<int64_t>(c.size()) != e.n_mat)
       throw Error(path, tensor_object(counts->name), counts->info_offset,
                   fmt::format("{} counts for {} matrices", c.size(), e.n_mat));

@@ -46,10 +46,18 @@ std::optional<uint64_t> split_key(const GgufFile& f, const char* key, ValueType 
 Model Model::open(const std::string& path) {
   const auto split = parse_split_name(path);
   if (!split || split->count == 1) return from_files({GgufFile::open(path)});
+  // A file merely named like a shard, without split keys, is a whole model (ggml loads it).
+  auto named = GgufFile::open(path);
+  if (!named->metadata().find("split.count") && !named->metadata().find("split.no"))
+    return from_files({std::move(named)});
   std::vector<std::shared_ptr<const GgufFile>> shards;
-  reserve_open_files(2 * static_cast<uint64_t>(split->count));  // a descriptor and a map each
+  reserve_open_files(static_cast<uint64_t>(split->count));  // a descriptor each
   for (int i = 1; i <= split->count; ++i) {
     const std::string p = split_path(split->prefix, i, split->count);
+    if (p == path) {
+      shards.push_back(named);
+      continue;
+    }
     if (!std::filesystem::exists(p))
       throw Error(p, {}, std::nullopt,
                   fmt::format("shard {} of {} of the split set is missing", i, split->count));

@@ -86,12 +86,14 @@ struct ErrorMetrics {
   bool weighted = false;  // importance weights were applied
   double sum_w = 0, sum_w_sq_diff = 0, sum_w_sq_base = 0;
 
+  // Each is NaN when no finite pair was measured (count 0).
   double rmse() const;           // sqrt(sum (x-base)^2 / count)
   double rel() const;            // ||x-base|| / ||base||; NaN when ||base|| = 0 and x != base
   double cosine() const;         // <x,base> / (||x|| ||base||); NaN when a norm is 0
   double snr_db() const;         // 10 log10(||base||^2 / ||x-base||^2); +inf when equal
   double weighted_rmse() const;  // sqrt(sum w (x-base)^2 / sum w)
-  double weighted_rel() const;   // sqrt(sum w (x-base)^2 / sum w base^2)
+  double weighted_rel() const;   // sqrt(sum w (x-base)^2 / sum w base^2); NaN if sum w = 0
+  double max_abs_diff() const;   // max_abs, or NaN when count is 0
   // The squared error the closer-than comparison uses: weighted when weights applied.
   double score() const { return weighted ? sum_w_sq_diff : sum_sq_diff; }
   uint64_t nonfinite() const { return nan_base + inf_base + nan_x + inf_x; }
