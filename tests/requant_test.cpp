@@ -97,6 +97,28 @@ TEST(requant, router_norms_and_1d_tensors_are_never_encoded) {
   }
 }
 
+// Integer tensors are data (indices, masks), not weights: copied whatever the target type.
+TEST(requant, integer_tensors_are_never_encoded) {
+  TempDir dir;
+  for (GgmlType it : {GgmlType::I8, GgmlType::I16, GgmlType::I32, GgmlType::I64}) {
+    Plan plan;
+    plan.metadata.set("general.architecture", Value::string("llama"));
+    PlanTensor t;
+    t.name = "blk.0.attn_q.weight";
+    t.type_id = static_cast<uint32_t>(it);
+    t.shape = {256, 2};
+    t.bytes = *row_bytes(it, 256) * 2;
+    t.source = MemoryBytes{std::make_shared<const std::vector<uint8_t>>(t.bytes, uint8_t{7})};
+    plan.tensors.push_back(t);
+    const std::string path = dir.file(fmt::format("i{}.gguf", static_cast<int>(it)));
+    write_plan(plan, path, {});
+    const auto r = requant(Model::open(path), {GgmlType::Q4_K, {}, nullptr, 1});
+    ASSERT_EQ(r.rows.size(), 1u);
+    EXPECT_EQ(r.rows[0].action, "copy") << traits(it).name;
+    EXPECT_EQ(r.plan.tensors[0].type_id, static_cast<uint32_t>(it));
+  }
+}
+
 TEST(requant, output_does_not_depend_on_thread_count) {
   TempDir dir;
   const Model in = Model::open(write_f16_model(dir));
@@ -274,6 +296,22 @@ TEST(requant, gguf_imatrix_divides_by_counts_and_unused_experts_weigh_one) {
               dir.file("im.gguf") +
                   ": tensor 'blk.0.ffn_up_exps.weight': importance entry has 768 values; "
                   "expected 512 (columns) or 1536 (3 experts x 512 columns)");
+  }
+}
+
+// A model GGUF given as --imatrix (no general.type, no '.in_sum2' tensors) is refused rather
+// than read as an importance matrix with no entries.
+TEST(requant, model_file_is_not_an_imatrix) {
+  TempDir dir;
+  const std::string model = write_f16_model(dir);
+  try {
+    Imatrix::load(model);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()),
+              model +
+                  ": no importance entries (tensors named '<tensor>.in_sum2' with "
+                  "'<tensor>.counts'); not an imatrix file?");
   }
 }
 

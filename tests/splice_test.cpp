@@ -173,6 +173,14 @@ TEST(splice, dominant_ftype_counts_matrix_weights_and_gives_up_when_none_fits) {
   EXPECT_EQ(dominant_ftype({}), std::nullopt);
 }
 
+// llama_ftype numbers of the newest types (llama.h: MOSTLY_Q1_0 = 40, MOSTLY_Q2_0 = 41).
+TEST(splice, ftype_of_the_newest_types) {
+  EXPECT_EQ(ftype_of_type(static_cast<uint32_t>(GgmlType::Q1_0)), 40u);
+  EXPECT_EQ(ftype_of_type(static_cast<uint32_t>(GgmlType::Q2_0)), 41u);
+  EXPECT_EQ(ftype_of_type(static_cast<uint32_t>(GgmlType::Q4_K)), 15u);  // Q4_K_M
+  EXPECT_EQ(ftype_of_type(static_cast<uint32_t>(GgmlType::I32)), std::nullopt);
+}
+
 TEST(splice, file_type_is_removed_when_no_ftype_fits) {
   Scratch dir;
   const auto mem = [](const char* name, GgmlType type, std::vector<int64_t> shape) {

@@ -225,6 +225,17 @@ int grid_index_of(const Lattice& lat, const int8_t* L, const char* type, int gro
   return g;
 }
 
+// ggml asserts that a group's final scale is not negative; it is NaN when the input holds a
+// NaN or an infinity, or values so large that their squares overflow float. We refuse such
+// input with an error instead of writing zero or NaN blocks.
+void check_scale(float scale, const char* type, int group, int64_t block) {
+  if (!(scale >= 0))
+    throw Error(
+        fmt::format("{}: group {} of block {} gets scale {}: the values are not finite or "
+                    "too large for float arithmetic (ggml aborts on such input)",
+                    type, group, block, scale));
+}
+
 // Sums of w*x*q and w*q*q over a group of n (32 unless said) for lattice magnitudes q = 2*code + 1
 // (the least squares scale is their ratio).
 std::pair<float, float> fit_sums(const float* weight, const float* xval, const int8_t* L,
@@ -373,6 +384,7 @@ void encode_iq2_xxs_row(const float* x, uint8_t* dst, int64_t n, const float* qw
         q2[2 * ib] |= static_cast<uint32_t>(g) << (8 * k);
         q2[2 * ib + 1] |= static_cast<uint32_t>(block_signs[k]) << (7 * k);
       }
+      check_scale(scale, "iq2_xxs", ib, ibl);
       scales[ib] = scale;
       max_scale = gmax(max_scale, scale);
     }
@@ -672,6 +684,7 @@ void encode_iq1_s_row(const float* x, uint8_t* dst, int64_t n, const float* qw) 
         h |= static_cast<uint16_t>((index[k] >> 8) << (3 * k));
       }
       qh[ib] = h;
+      check_scale(scale, "iq1_s", ib, ibl);
       scales[ib] = scale;
       shifts[ib] = static_cast<int8_t>(best_shift);
       max_scale = gmax(max_scale, scale);
@@ -804,6 +817,7 @@ void encode_iq1_m_row(const float* x, uint8_t* dst, int64_t n, const float* qw) 
       qs[2 * ib] = static_cast<uint8_t>(index[0] & 255);
       qs[2 * ib + 1] = static_cast<uint8_t>(index[1] & 255);
       qh[ib] = static_cast<uint8_t>((index[0] >> 8) | ((index[1] >> 8) << 4));
+      check_scale(scale, "iq1_m", ib, ibl);
       scales[ib] = scale;
       shifts[ib] = static_cast<int8_t>(best_k);
       max_scale = gmax(max_scale, scale);
@@ -918,6 +932,7 @@ void encode_iq2_xs_s_row(const float* x, uint8_t* dst, int64_t n, const float* q
           q2[i8] = static_cast<uint16_t>(g | (block_signs[k] << 9));
         }
       }
+      check_scale(scale, name, ib, ibl);
       scales[ib] = scale;
       max_scale = gmax(max_scale, scale);
     }
@@ -984,6 +999,7 @@ void encode_iq3_xxs_row(const float* x, uint8_t* dst, int64_t n, const float* qw
             static_cast<uint8_t>(grid_index_of<4, 3>(lat, L + 4 * k, "iq3_xxs", 8 * ib + k, ibl));
       scales_and_signs[ib] = block_signs[0] | (block_signs[1] << 7) | (block_signs[2] << 14) |
                              (static_cast<uint32_t>(block_signs[3]) << 21);
+      check_scale(scale, "iq3_xxs", ib, ibl);
       scales[ib] = scale;
       max_scale = gmax(max_scale, scale);
     }
@@ -1064,6 +1080,7 @@ void encode_iq3_s_row(const float* x, uint8_t* dst, int64_t n, const float* qw) 
       qs += 8;
       std::memcpy(signs, block_signs, 4);
       signs += 4;
+      check_scale(scale, "iq3_s", ib, ibl);
       scales[ib] = scale;
       max_scale = gmax(max_scale, scale);
     }

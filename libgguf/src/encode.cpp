@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cstring>
 #include <memory>
+#include <optional>
 
 #include "gguf/codecs.h"
 #include "gguf/error.h"
@@ -48,7 +49,10 @@ void encode_rows(const RowEncoder& e, uint64_t row_bytes, int64_t first, int64_t
           e.type, floats, n, e.n_per_row, imp,
           {out + static_cast<uint64_t>(r - first) * row_bytes, static_cast<size_t>(n) * row_bytes});
     } catch (const Error& err) {
-      throw Error({}, tensor_object(e.tensor_name), std::nullopt,
+      std::optional<uint64_t> at;
+      if (!e.source_path.empty())
+        at = e.source_offset + static_cast<uint64_t>(r) * e.source_row_bytes;
+      throw Error(e.source_path, tensor_object(e.tensor_name), at,
                   fmt::format("rows {}-{}: {}", r, r + n - 1, err.message()));
     }
   });

@@ -180,6 +180,12 @@ Imatrix Imatrix::load_gguf(const std::string& path) {
     }
     m.entries_.emplace(name, std::move(e));
   }
+  // A GGUF without a single "<tensor>.in_sum2" is not an importance matrix (a model file
+  // given by mistake would otherwise be taken as one that weights nothing).
+  if (m.entries_.empty())
+    throw Error(path, {}, std::nullopt,
+                "no importance entries (tensors named '<tensor>.in_sum2' with '<tensor>.counts'); "
+                "not an imatrix file?");
   return m;
 }
 

@@ -65,6 +65,17 @@ class EnergyCache {
 
 bool is_quantizable(const TensorInfo& t, std::string_view arch) {
   if (t.shape.size() < 2) return false;
+  // Integer tensors (indices, positions, masks) are data, not weights: re-encoding them as
+  // floats would change what they mean (and lose precision past 2^24), as llama-quantize knows.
+  switch (static_cast<GgmlType>(t.type_id)) {
+    case GgmlType::I8:
+    case GgmlType::I16:
+    case GgmlType::I32:
+    case GgmlType::I64:
+      return false;
+    default:
+      break;
+  }
   const TensorName tn = classify_tensor(t.name, arch, static_cast<int>(t.shape.size()));
   return tn.role != Role::kNorm && tn.role != Role::kRouter;
 }
@@ -115,6 +126,9 @@ RequantResult requant(const Model& model, const RequantOptions& o) {
       e.rows_per_matrix = info.shape[1];
       e.threads = o.threads;
       e.tensor_name = info.name;
+      e.source_path = t.file->path();
+      e.source_offset = t.data_start();
+      e.source_row_bytes = *row_bytes(src_type, static_cast<uint64_t>(n_per_row));
       const TensorRef ref = t;
       e.rows = [ref, n_per_row](int64_t first, int64_t count, std::span<float> out) {
         decode_rows(ref, n_per_row, first, count, out);

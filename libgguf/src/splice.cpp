@@ -42,6 +42,7 @@ constexpr FtypeEntry kFtypes[] = {
     {22, GgmlType::IQ3_S},   {27, GgmlType::IQ3_S}, {28, GgmlType::IQ2_S},   {29, GgmlType::IQ2_S},
     {30, GgmlType::IQ4_XS},  {31, GgmlType::IQ1_M}, {32, GgmlType::BF16},    {36, GgmlType::TQ1_0},
     {37, GgmlType::TQ2_0},   {38, GgmlType::MXFP4}, {39, GgmlType::NVFP4},   {40, GgmlType::Q1_0},
+    {41, GgmlType::Q2_0},
 };
 
 std::optional<GgmlType> main_type_of_ftype(uint64_t ftype) {

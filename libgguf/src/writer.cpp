@@ -311,6 +311,9 @@ class Streamer {
       try {
         p.fill(done, out);
       } catch (const Error& e) {
+        // An error that names its file (an input whose values the codec refuses) stands as
+        // it is; otherwise it is about this output.
+        if (!e.path().empty()) throw;
         throw Error(out_->path(), tensor_object(t.name), out_->position(),
                     fmt::format("producing the payload failed: {}", e.what()), e.kind());
       } catch (const std::exception& e) {

@@ -25,6 +25,10 @@ struct RowEncoder {
   std::function<std::span<const float>(int64_t matrix)> importance;
   unsigned threads = 1;
   std::string tensor_name;  // for error messages
+  // Where the rows come from, so that an error caused by the values (a NaN where a codec
+  // cannot take one) names the input file and the byte of the failing rows; optional.
+  std::string source_path;
+  uint64_t source_offset = 0, source_row_bytes = 0;
 };
 
 // A Producer serving any byte range of the encoded tensor; memory is bounded by the chunk.

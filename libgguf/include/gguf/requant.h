@@ -44,8 +44,9 @@ struct RequantResult {
   std::vector<std::string> notes;  // said once each (fallbacks, lossy re-encodes)
 };
 
-// True when requant re-encodes this tensor: two or more dimensions, not a norm, not the MoE
-// router (ffn_gate_inp), and selected.
+// True when requant may re-encode this tensor: two or more dimensions, not a norm, not the MoE
+// router (ffn_gate_inp), not an integer type (i8, i16, i32, i64); requant also needs it
+// selected.
 bool is_quantizable(const TensorInfo& t, std::string_view arch);
 
 // Builds the plan. Throws gguf::Error for a tensor whose row length does not fit the target
