@@ -107,7 +107,10 @@ TEST(escape, output_never_contains_control_bytes) {
 TEST(escape, utf8_or_escaped_keeps_valid_text_unchanged) {
   EXPECT_EQ(utf8_or_escaped("plain"), "plain");
   // Controls are valid UTF-8: the JSON encoder escapes them, not this function.
-  EXPECT_EQ(utf8_or_escaped("a\n\x1b[0m\\"), "a\n\x1b[0m\\");
+  EXPECT_EQ(utf8_or_escaped("a\n\x1b[0m"), "a\n\x1b[0m");
+  // A backslash is doubled, so the text \xff and the byte 0xff stay apart.
+  EXPECT_EQ(utf8_or_escaped("a\\xff"), "a\\\\xff");
+  EXPECT_NE(utf8_or_escaped("\\xff"), utf8_or_escaped("\xff"));
   EXPECT_EQ(utf8_or_escaped("\xe2\x80\xae\xc2\x9b"), "\xe2\x80\xae\xc2\x9b");
   EXPECT_EQ(utf8_or_escaped("\xf0\x9f\x98\x80"), "\xf0\x9f\x98\x80");
 }

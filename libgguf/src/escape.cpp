@@ -89,6 +89,9 @@ std::string utf8_or_escaped(std::string_view s) {
     if (n == 0) {
       out += fmt::format("\\x{:02x}", static_cast<uint8_t>(s[i]));
       ++i;
+    } else if (cp == '\\') {
+      out += "\\\\";  // so that a literal "\xff" cannot pass for the byte 0xff
+      ++i;
     } else {
       out.append(s.substr(i, n));
       i += n;

@@ -11,8 +11,10 @@ namespace gguf {
 // reaches a terminal.
 std::string escape_for_terminal(std::string_view s);
 
-// Valid UTF-8 passes through unchanged; each byte of an invalid sequence becomes the four
-// characters "\xNN" so that the JSON document stays valid and no byte is lost silently.
+// Valid UTF-8 passes through unchanged except the backslash, which is doubled; each byte of
+// an invalid sequence becomes the four characters "\xNN". So the JSON document stays valid,
+// no byte is lost silently, and different byte strings never look the same (the raw byte
+// 0xff is "\xff", the four characters \xff are "\\xff").
 std::string utf8_or_escaped(std::string_view s);
 
 // True when s is well-formed UTF-8 (no overlongs, no surrogates, <= U+10FFFF).
