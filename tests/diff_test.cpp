@@ -620,6 +620,19 @@ TEST(diff, manifest_errors_name_the_problem) {
             "m.json: tensor 'x': xxh3 \"12\" is not 16 hex digits");
   EXPECT_EQ(error_of(R"({"tensors": [], "metadata": [{"key": "k", "type": "u8", "value": 300}]})"),
             "m.json: key 'k': value 300 does not fit type u8");
+  // A tampered entry: the type name against type_id, bytes against type and shape.
+  EXPECT_EQ(error_of(R"({"tensors": [{"name": "x", "type": "q4_K", "type_id": 0, "shape": [4]}]})"),
+            "m.json: tensor 'x': type \"q4_K\" disagrees with type_id 0");
+  EXPECT_EQ(error_of(R"({"tensors": [{"name": "x", "type_id": -1, "shape": [4]}]})"),
+            "m.json: tensor 'x': type_id -1 is not a type number");
+  EXPECT_EQ(error_of(R"({"tensors": [{"name": "x", "type": "f32", "shape": [4], "bytes": -5}]})"),
+            "m.json: tensor 'x': bytes -5 is not a byte count");
+  EXPECT_EQ(
+      error_of(R"({"tensors": [{"name": "x", "type": "f32", "shape": [4, 2], "bytes": 16}]})"),
+      "m.json: tensor 'x': bytes 16 do not fit type f32 and shape [4,2]");
+  EXPECT_EQ(
+      error_of(R"({"tensors": [{"name": "x", "type": "q8_0", "shape": [32, 2], "bytes": 68}]})"),
+      "(no error)");
 }
 
 TEST(diff, manifest_needs_no_values) {

@@ -144,12 +144,22 @@ ManifestTensor manifest_tensor(const json& t, size_t index, const std::string& p
     throw fail("tensor entry has no \"name\"");
   ManifestTensor m;
   m.name = t["name"].get<std::string>();
-  if (t.contains("type_id") && t["type_id"].is_number_unsigned()) {
+  // type_id wins (it names types this build does not know); a "type" beside it must agree.
+  std::optional<uint32_t> by_name;
+  if (t.contains("type")) {
+    const auto type = t["type"].is_string() ? parse_type(t["type"].get<std::string>())
+                                            : std::optional<GgmlType>();
+    if (!type) throw fail(fmt::format("unknown tensor type {}", t["type"].dump()));
+    by_name = static_cast<uint32_t>(*type);
+  }
+  if (t.contains("type_id")) {
+    if (!t["type_id"].is_number_unsigned() || t["type_id"].get<uint64_t>() > UINT32_MAX)
+      throw fail(fmt::format("type_id {} is not a type number", t["type_id"].dump()));
     m.type_id = t["type_id"].get<uint32_t>();
-  } else if (t.contains("type") && t["type"].is_string()) {
-    const auto type = parse_type(t["type"].get<std::string>());
-    if (!type) throw fail(fmt::format("unknown tensor type \"{}\"", t["type"].get<std::string>()));
-    m.type_id = static_cast<uint32_t>(*type);
+    if (by_name && *by_name != m.type_id)
+      throw fail(fmt::format("type {} disagrees with type_id {}", t["type"].dump(), m.type_id));
+  } else if (by_name) {
+    m.type_id = *by_name;
   } else {
     throw fail("tensor entry has no \"type\"");
   }
@@ -160,7 +170,21 @@ ManifestTensor manifest_tensor(const json& t, size_t index, const std::string& p
       throw fail(fmt::format("shape element {} is not a non-negative integer", d.dump()));
     m.shape.push_back(d.get<int64_t>());
   }
-  if (t.contains("bytes") && t["bytes"].is_number_unsigned()) m.bytes = t["bytes"].get<uint64_t>();
+  if (t.contains("bytes")) {
+    if (!t["bytes"].is_number_unsigned())
+      throw fail(fmt::format("bytes {} is not a byte count", t["bytes"].dump()));
+    m.bytes = t["bytes"].get<uint64_t>();
+  }
+  // The byte count a known type and the shape imply (whole rows, no overflow) must be it.
+  if (const TypeTraits* tr = sized_type(m.type_id); tr && m.bytes && tr->block_size > 0) {
+    const uint64_t ne0 = m.shape.empty() ? 1 : static_cast<uint64_t>(m.shape[0]);
+    unsigned __int128 want = ne0 % tr->block_size == 0 ? ne0 / tr->block_size * tr->type_size : 0;
+    for (size_t i = 1; i < m.shape.size(); ++i)
+      want = want > UINT64_MAX ? want : want * static_cast<uint64_t>(m.shape[i]);
+    if (ne0 % tr->block_size != 0 || want != *m.bytes)
+      throw fail(fmt::format("bytes {} do not fit type {} and shape {}", *m.bytes, tr->name,
+                             t["shape"].dump()));
+  }
   if (t.contains("xxh3")) {
     const json& h = t["xxh3"];
     const std::string s = h.is_string() ? h.get<std::string>() : std::string();
