@@ -378,6 +378,27 @@ TEST(requant, cli_reports_json_and_usage_errors) {
   res = run_cli("gguf-requant", {in, "-o", in, "--type", "q8_0", "--force"});
   EXPECT_EQ(res.code, 2);
   EXPECT_FALSE(res.err.empty());
+  // --dry-run refuses what the write would refuse (the output is the input).
+  res = run_cli("gguf-requant", {in, "-o", in, "--type", "q8_0", "--dry-run"});
+  EXPECT_EQ(res.code, 2);
+  EXPECT_NE(res.err.find("output is the same file as input"), std::string::npos) << res.err;
+  // Counts are digits only and in range (-1 used to become four billion threads).
+  const std::vector<std::pair<std::vector<std::string>, std::string>> bad = {
+      {{"--threads", "-1"}, "the argument ('-1') for option '--threads' is invalid"},
+      {{"--threads", "5000"}, "the argument ('5000') for option '--threads' is larger than 1024"},
+      {{"--split-max-tensors", "0"},
+       "the argument ('0') for option '--split-max-tensors' is smaller than 1"},
+      {{"--split-max-size", "0"}, "--split-max-size: '0' is not a size of at least 1 byte"},
+  };
+  for (const auto& [args, message] : bad) {
+    std::vector<std::string> argv = {in, "-o", dir.file("y.gguf"), "--type", "q8_0"};
+    argv.insert(argv.end(), args.begin(), args.end());
+    res = run_cli("gguf-requant", argv);
+    EXPECT_EQ(res.code, 2) << args[0];
+    EXPECT_EQ(res.err, "gguf-requant: error: " + message +
+                           "\nTry 'gguf-requant --help' for more information.\n");
+  }
+  EXPECT_FALSE(std::filesystem::exists(dir.file("y.gguf")));
 }
 
 }  // namespace

@@ -31,7 +31,7 @@ int main(int argc, char** argv) {
         "split-max-size", po::value(&split_size),
         "write a split set, shards at most this big (e.g. 4G)")(
         "split-max-tensors",
-        gguf::cli::count_value(&split_tensors, UINT64_MAX, "--split-max-tensors"),
+        gguf::cli::count_value(&split_tensors, UINT64_MAX, "--split-max-tensors", 1),
         "write a split set, at most N tensors per shard")("input", po::value(&in)->required(),
                                                           "input GGUF (or first shard)");
     sel.add_to(desc);

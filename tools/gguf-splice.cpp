@@ -47,7 +47,7 @@ int run(int argc, char** argv) {
       "json", "print the plan (and result) as JSON on stdout")(
       "no-verify", "skip reading the output back to compare every payload's xxh3")(
       "split-max-size", po::value(&split_size), "write a split set, shards of at most SIZE (4G)")(
-      "split-max-tensors", cli::count_value(&split_tensors, UINT64_MAX, "--split-max-tensors"),
+      "split-max-tensors", cli::count_value(&split_tensors, UINT64_MAX, "--split-max-tensors", 1),
       "write a split set, N tensors per shard")(
       "allow-mixed-gate-up", "permit gate and up experts of a layer to differ in type")(
       "force-arch", "permit donors of another general.architecture");

@@ -162,6 +162,8 @@ uint64_t parse_size(std::string_view text, std::string_view option) {
     usage_error(fmt::format("--{}: '{}' is not a size (e.g. 4G, 500M, 123456)", option, text));
   if (shift && value > (UINT64_MAX >> shift))
     usage_error(fmt::format("--{}: '{}' is too large", option, text));
+  if (value == 0)
+    usage_error(fmt::format("--{}: '{}' is not a size of at least 1 byte", option, text));
   return value << shift;
 }
 

@@ -49,13 +49,16 @@ struct Count {
 void validate(boost::any& v, const std::vector<std::string>& values, Count*, int);
 
 // An option value read as a Count into *target; a usage error (exit 2) names the option
-// when the value is larger than max.
+// when the value is outside [min, max].
 template <class T>
-po::typed_value<Count>* count_value(T* target, uint64_t max, std::string option) {
-  return po::value<Count>()->notifier([target, max, option](const Count& c) {
+po::typed_value<Count>* count_value(T* target, uint64_t max, std::string option, uint64_t min = 0) {
+  return po::value<Count>()->notifier([target, max, min, option](const Count& c) {
     if (c.value > max)
       throw po::error(fmt::format("the argument ('{}') for option '{}' is larger than {}", c.value,
                                   option, max));
+    if (c.value < min)
+      throw po::error(fmt::format("the argument ('{}') for option '{}' is smaller than {}", c.value,
+                                  option, min));
     *target = static_cast<T>(c.value);
   });
 }
