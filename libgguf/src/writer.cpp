@@ -428,9 +428,9 @@ std::pair<std::vector<Shard>, std::vector<Identity>> prepare(const Plan& plan,
 
 WriteResult write_impl(const Plan& plan, const std::string& path, const WriteOptions& o) {
   const auto [shards, inputs] = prepare(plan, path, o, true);
-  // Each shard keeps its output descriptor, and once verified its read-back map (two more),
-  // until the whole set is committed; the inputs stay open too.
-  reserve_open_files(3 * shards.size() + inputs.size());
+  // Each shard keeps its output descriptor, and once verified the descriptor behind its
+  // read-back map, until the whole set is committed; the inputs stay open too.
+  reserve_open_files(2 * shards.size() + inputs.size());
 
   WriteResult result;
   uint64_t total = 0;

@@ -35,10 +35,9 @@ class ByteSource {
 // Maps a file read-only (files larger than 4 GiB work on 64-bit hosts).
 std::shared_ptr<const ByteSource> open_file_source(const std::string& path);
 // Raises this process's soft limit on open files towards its hard limit so that `needed`
-// more descriptors fit besides those open now (a split set of N shards holds 2N descriptors open,
-// one for its map; the default soft limit of 1024 would refuse a set of a few hundred). Best
-// effort: when the hard limit is lower, opening fails later with the system's "Too many open files"
-// naming the file.
+// more descriptors fit besides those open now (each open file holds one, for its map; the
+// default soft limit of 1024 would refuse a split set of a thousand shards). Best effort: when
+// the hard limit is lower, opening fails later with "Too many open files" naming the file.
 void reserve_open_files(uint64_t needed);
 // Wraps bytes held in memory; name is used in messages.
 std::shared_ptr<const ByteSource> memory_source(std::vector<uint8_t> bytes, std::string name);
