@@ -60,8 +60,8 @@ std::string errno_text(int err);
 // names it ".<name>.tmp.XXXXXX" and renames it over the final path at once. Where O_TMPFILE
 // is missing it is named so from the start. Until commit the final path is untouched, and
 // the destructor removes the temp file; so do SIGINT, SIGTERM and SIGHUP in the tools (see
-// remove_temp_files_from_signal_handler). Errors are gguf::Error naming the final path, the object being
-// written and the byte offset in the output.
+// remove_temp_files_from_signal_handler). Errors are gguf::Error naming the final path, the object
+// being written and the byte offset in the output.
 class OutputFile {
  public:
   // unnamed = false starts with a named temp file, as on file systems without O_TMPFILE.
