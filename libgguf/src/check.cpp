@@ -221,10 +221,15 @@ class Checker {
     if (layout_known) check_layout(f);
   }
 
-  void check_alignment(const GgufFile& f) {
-    const KeyValue* kv = nullptr;
+  // The entry of key (with its byte offset, which Metadata::find does not give), or nullptr.
+  static const KeyValue* entry(const GgufFile& f, std::string_view key) {
     for (const KeyValue& e : f.metadata().entries())
-      if (e.key == "general.alignment") kv = &e;
+      if (e.key == key) return &e;
+    return nullptr;
+  }
+
+  void check_alignment(const GgufFile& f) {
+    const KeyValue* kv = entry(f, "general.alignment");
     if (!kv) return;
     const std::string obj = key_object(kv->key);
     if (kv->value.type() != ValueType::kU32)
@@ -352,12 +357,8 @@ class Checker {
   // imatrix or other non-model GGUF says so in general.type and is left alone).
   void check_architecture() {
     const GgufFile& f = model_.first();
-    const KeyValue* type = nullptr;
-    const KeyValue* arch = nullptr;
-    for (const KeyValue& e : f.metadata().entries()) {
-      if (e.key == "general.type") type = &e;
-      if (e.key == "general.architecture") arch = &e;
-    }
+    const KeyValue* type = entry(f, "general.type");
+    const KeyValue* arch = entry(f, "general.architecture");
     if (type && type->value.as_string() && *type->value.as_string() != "model") return;
     if (!arch)
       return add(f, key_object("general.architecture"), std::nullopt,
@@ -378,9 +379,7 @@ class Checker {
       }
     }
     const GgufFile& f = model_.first();
-    const KeyValue* kv = nullptr;
-    for (const KeyValue& e : f.metadata().entries())
-      if (e.key == kQuantVersion) kv = &e;
+    const KeyValue* kv = entry(f, kQuantVersion);
     if (!kv) {
       if (quantized)
         add(f, key_object(kQuantVersion), std::nullopt,
