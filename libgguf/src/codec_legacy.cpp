@@ -83,6 +83,11 @@ void store_half(uint8_t* p, float f) { store(p, fp32_to_fp16(f)); }
 
 // ---------------------------------------------------------------------------------------------
 // Decoders: code * d (+ m), computed in that order so NaN/inf scales give ggml's bits.
+// When d and m are both NaN, ggml's code * d + m keeps the product's NaN (d's, quieted), but
+// a vectorised add may take its operands either way round (x86 returns the first one's NaN),
+// so the offset of a NaN-scaled block is pinned to 0: the product's NaN then wins whatever the
+// order, and with a d that is not NaN nothing changes.
+float offset_for(float d, float m) { return std::isnan(d) ? 0.0f : m; }
 
 void decode_q4_0(const uint8_t* src, float* dst, int64_t n) {
   for (int64_t i = 0; i < n / kQK; ++i, dst += kQK) {
@@ -100,7 +105,7 @@ void decode_q4_1(const uint8_t* src, float* dst, int64_t n) {
   for (int64_t i = 0; i < n / kQK; ++i, dst += kQK) {
     const uint8_t* b = block_at<BlockQ4_1>(src, i);
     const float d = load_half(b + offsetof(BlockQ4_1, d));
-    const float m = load_half(b + offsetof(BlockQ4_1, m));
+    const float m = offset_for(d, load_half(b + offsetof(BlockQ4_1, m)));
     const auto qs = load<std::array<uint8_t, 16>>(b + offsetof(BlockQ4_1, qs));
     for (int j = 0; j < kHalf; ++j) {
       dst[j] = static_cast<float>(qs[j] & 0xF) * d + m;
@@ -145,7 +150,7 @@ void decode_q5_1(const uint8_t* src, float* dst, int64_t n) {
   for (int64_t i = 0; i < n / kQK; ++i, dst += kQK) {
     const uint8_t* b = block_at<BlockQ5_1>(src, i);
     const float d = load_half(b + offsetof(BlockQ5_1, d));
-    const float m = load_half(b + offsetof(BlockQ5_1, m));
+    const float m = offset_for(d, load_half(b + offsetof(BlockQ5_1, m)));
     const auto c =
         unpack_5bit(b + offsetof(BlockQ5_1, qs), load<uint32_t>(b + offsetof(BlockQ5_1, qh)));
     for (int j = 0; j < kQK; ++j) dst[j] = static_cast<float>(c[j]) * d + m;
