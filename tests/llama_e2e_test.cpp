@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "cli_run.h"
+#include "gguf/model.h"
 #include "gguf/synth.h"
 #include "gguf/types.h"
 #include "gguf/writer.h"
@@ -170,6 +171,84 @@ TEST(LlamaE2E, SplitOutputLoadsLikeTheSingleFile) {
   ASSERT_NE(std::find(shards.begin(), shards.end(), "q8s-00001-of-00004.gguf"), shards.end())
       << ::testing::PrintToString(shards);
   EXPECT_EQ(run_model(first).logits, run_model(dir.file("q8.gguf")).logits);
+}
+
+// Tensors of `theirs` that `ours` holds at the same type must have the same bytes; returns how
+// many tensors of type `type` were compared, and lists the tensors whose types differ.
+size_t expect_same_bytes_where_types_agree(const std::string& theirs, const std::string& ours,
+                                           GgmlType type, std::string& differing_types) {
+  const Model a = Model::open(theirs), b = Model::open(ours);
+  EXPECT_EQ(a.tensors().size(), b.tensors().size());
+  size_t compared = 0;
+  for (const TensorRef& t : a.tensors()) {
+    const TensorRef* u = b.find(t.name());
+    if (!u) {
+      ADD_FAILURE() << t.name() << " is missing from " << ours;
+      continue;
+    }
+    EXPECT_EQ(t.info->shape, u->info->shape) << t.name();
+    if (t.info->type_id != u->info->type_id) {
+      differing_types += " " + t.name() + " (" + type_name(t.info->type_id) + " vs " +
+                         type_name(u->info->type_id) + ")";
+      continue;
+    }
+    const auto x = t.data(), y = u->data();
+    EXPECT_TRUE(x.size() == y.size() && std::equal(x.begin(), x.end(), y.begin()))
+        << t.name() << " (" << type_name(t.info->type_id) << ") differs from " << ours;
+    if (t.info->type_id == static_cast<uint32_t>(type)) ++compared;
+  }
+  return compared;
+}
+
+// Files written by another tool, llama.cpp's own quantizer (llama_model_quantize, which is what
+// llama-quantize --pure runs): gguf-inspect --check accepts them, and gguf-requant --type T of
+// the same f32 model writes the same bytes for every tensor; both choose the same types (every
+// weight matrix at T but the MoE router, which stays f32 like the norms).
+// Then from a quantized start: llama.cpp requantizing its q8_0 file (allow_requantize) and
+// gguf-requant doing the same agree too (both decode to f32 first).
+TEST(LlamaE2E, LlamaQuantizeAndRequantWriteTheSameTensors) {
+  GGUF_REQUIRE_LLAMA();
+  TempDir dir;
+  LlamaMoeSpec spec;
+  write_model(spec, dir.file("f32.gguf"));
+  const Model f32 = Model::open(dir.file("f32.gguf"));
+  const size_t matrices = static_cast<size_t>(
+      std::count_if(f32.tensors().begin(), f32.tensors().end(),
+                    [](const TensorRef& t) { return t.info->shape.size() >= 2; }));
+  const size_t routers = static_cast<size_t>(std::count_if(
+      f32.tensors().begin(), f32.tensors().end(),
+      [](const TensorRef& t) { return t.name().find("ffn_gate_inp") != std::string::npos; }));
+  ASSERT_GT(routers, 0u);
+  struct Case {
+    int ftype;  // llama_ftype
+    GgmlType type;
+    std::string from = "f32.gguf";
+  };
+  for (const Case& c :
+       {Case{1, GgmlType::F16}, Case{32, GgmlType::BF16}, Case{7, GgmlType::Q8_0},
+        Case{2, GgmlType::Q4_0}, Case{3, GgmlType::Q4_1}, Case{8, GgmlType::Q5_0},
+        Case{9, GgmlType::Q5_1}, Case{10, GgmlType::Q2_K}, Case{11, GgmlType::Q3_K},
+        Case{14, GgmlType::Q4_K}, Case{16, GgmlType::Q5_K}, Case{18, GgmlType::Q6_K},
+        Case{25, GgmlType::IQ4_NL}, Case{30, GgmlType::IQ4_XS},
+        Case{14, GgmlType::Q4_K, "llama-q8_0.gguf"}, Case{3, GgmlType::Q4_1, "llama-q8_0.gguf"}}) {
+    const std::string name = type_name(static_cast<uint32_t>(c.type));
+    SCOPED_TRACE(name + " from " + c.from);
+    const std::string stem = c.from == "f32.gguf" ? name : name + "-from-q8_0";
+    const std::string theirs = dir.file("llama-" + stem + ".gguf");
+    const std::string ours = dir.file("ours-" + stem + ".gguf");
+    std::string log;
+    ASSERT_TRUE(LlamaRef::get().quantize(dir.file(c.from), theirs, c.ftype, /*pure=*/true,
+                                         /*allow_requantize=*/c.from != "f32.gguf", log))
+        << log;
+    const auto check = run_cli("gguf-inspect", {"--check", theirs});
+    EXPECT_EQ(check.code, 0) << check.out << check.err;
+    const auto cli = run_cli("gguf-requant", {dir.file(c.from), "-o", ours, "--type", name});
+    ASSERT_EQ(cli.code, 0) << cli.err;
+    std::string differing;
+    const size_t compared = expect_same_bytes_where_types_agree(theirs, ours, c.type, differing);
+    EXPECT_EQ(differing, "") << "tensors at different types";
+    EXPECT_EQ(compared + routers, matrices);
+  }
 }
 
 // A damaged output would be refused by llama.cpp; this checks the harness itself can fail.

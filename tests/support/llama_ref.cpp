@@ -8,6 +8,7 @@
 #include <dlfcn.h>
 
 #include <cstdint>
+#include <cstring>
 #include <filesystem>
 #include <mutex>
 #include <string>
@@ -63,7 +64,13 @@ struct Api {
   float* (*get_logits_ith)(void*, int32_t) = nullptr;
   const void* (*model_get_vocab)(const void*) = nullptr;
   int32_t (*vocab_n_tokens)(const void*) = nullptr;
+  Opaque (*quantize_default_params)() = nullptr;
+  uint32_t (*model_quantize)(const char*, const char*, const void*) = nullptr;
 };
+
+// Offsets in llama_model_quantize_params (llama.h): int32 nthread, int32 ftype, two ggml_type
+// overrides, then the bools allow_requantize, quantize_output_tensor, only_copy, pure.
+constexpr size_t kQuantNthread = 0, kQuantFtype = 4, kQuantAllowRequantize = 16, kQuantPure = 19;
 Api api;
 
 }  // namespace
@@ -112,6 +119,9 @@ LlamaRef::LlamaRef() {
   api.model_get_vocab =
       sym<decltype(api.model_get_vocab)>(llama_, "llama_model_get_vocab", missing);
   api.vocab_n_tokens = sym<decltype(api.vocab_n_tokens)>(llama_, "llama_vocab_n_tokens", missing);
+  api.quantize_default_params = sym<decltype(api.quantize_default_params)>(
+      llama_, "llama_model_quantize_default_params", missing);
+  api.model_quantize = sym<decltype(api.model_quantize)>(llama_, "llama_model_quantize", missing);
   if (!missing.empty()) {
     reason_ = "missing symbols in " + llama + ": " + missing;
     return;
@@ -120,6 +130,28 @@ LlamaRef::LlamaRef() {
   load_all(dir.c_str());
   api.backend_init();
   ok_ = true;
+}
+
+bool LlamaRef::quantize(const std::string& in, const std::string& out, int ftype, bool pure,
+                        bool allow_requantize, std::string& log) const {
+  if (!ok_) return false;
+  static std::mutex quantize_mutex;  // the log sink is shared
+  std::lock_guard quantize_lock(quantize_mutex);
+  {
+    std::lock_guard lock(log_mutex);
+    log_sink = &log;
+  }
+  Opaque params = api.quantize_default_params();
+  const int32_t nthread = 1, ft = ftype;
+  std::memcpy(params.bytes + kQuantNthread, &nthread, sizeof nthread);
+  std::memcpy(params.bytes + kQuantFtype, &ft, sizeof ft);
+  params.bytes[kQuantAllowRequantize] = allow_requantize ? 1 : 0;
+  params.bytes[kQuantPure] = pure ? 1 : 0;
+  const uint32_t rc = api.model_quantize(in.c_str(), out.c_str(), params.bytes);
+  if (rc != 0) log += "llama_model_quantize returned " + std::to_string(rc) + "\n";
+  std::lock_guard lock(log_mutex);
+  log_sink = nullptr;
+  return rc == 0;
 }
 
 LlamaRef::Result LlamaRef::run(const std::string& path, const std::vector<int>& tokens) const {

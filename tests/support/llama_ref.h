@@ -26,6 +26,13 @@ class LlamaRef {
   // batch on one thread, and returns the logits of the last position.
   Result run(const std::string& path, const std::vector<int>& tokens) const;
 
+  // llama.cpp's own quantizer (llama_model_quantize, what llama-quantize calls) on one thread:
+  // ftype is a llama_ftype (2 = Q4_0, 7 = Q8_0, 15 = Q4_K_M, ...); pure gives every quantizable
+  // tensor that ftype's type (llama-quantize --pure); allow_requantize lets it start from a
+  // quantized file. Returns whether it succeeded, with its messages in log.
+  bool quantize(const std::string& in, const std::string& out, int ftype, bool pure,
+                bool allow_requantize, std::string& log) const;
+
  private:
   LlamaRef();
   bool ok_ = false;
