@@ -5,12 +5,15 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
+#include <random>
 #include <string>
 #include <vector>
 
 #include "cli_run.h"
 #include "gguf/model.h"
+#include "gguf/plan.h"
 #include "gguf/synth.h"
 #include "gguf/types.h"
 #include "gguf/writer.h"
@@ -248,6 +251,93 @@ TEST(LlamaE2E, LlamaQuantizeAndRequantWriteTheSameTensors) {
     const size_t compared = expect_same_bytes_where_types_agree(theirs, ours, c.type, differing);
     EXPECT_EQ(differing, "") << "tensors at different types";
     EXPECT_EQ(compared + routers, matrices);
+  }
+}
+
+// An imatrix GGUF as llama-imatrix writes it (sums of squared activations and counts per
+// matrix) for every weight matrix of `model`, one expert of each 3-D tensor never routed to
+// (count 0); and the same matrix as llama-quantize --imatrix hands it to llama.cpp: sums /
+// count, and 1 for a matrix that saw no token (rules restated here, not taken from the library).
+LlamaRef::Importance write_imatrix(const Model& model, const std::string& path, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> mean_sq(0.05f, 4.0f);
+  Plan p;
+  p.metadata.set("general.type", Value::string("imatrix"));
+  p.metadata.set("imatrix.datasets", Value::string_array({"calibration.txt"}));
+  p.metadata.set("imatrix.chunk_count", Value::u32(10));
+  LlamaRef::Importance importance;
+  const auto payload = [](const std::vector<float>& v) {
+    auto b = std::make_shared<std::vector<uint8_t>>(v.size() * 4);
+    std::memcpy(b->data(), v.data(), b->size());
+    return MemoryBytes{b};
+  };
+  for (const TensorRef& t : model.tensors()) {
+    if (t.info->shape.size() < 2) continue;
+    const int64_t ne0 = t.info->shape[0], n_mat = t.info->shape.size() > 2 ? t.info->shape[2] : 1;
+    std::vector<float> sums(ne0 * n_mat), counts(n_mat), values(ne0 * n_mat);
+    for (int64_t m = 0; m < n_mat; ++m) {
+      counts[m] = n_mat > 1 && m == 1 ? 0.0f : static_cast<float>(3 + rng() % 40);
+      for (int64_t i = 0; i < ne0; ++i) {
+        const float v = mean_sq(rng);
+        sums[m * ne0 + i] = counts[m] > 0 ? v * counts[m] : 0.0f;
+        values[m * ne0 + i] = counts[m] > 0 ? sums[m * ne0 + i] / counts[m] : 1.0f;
+      }
+    }
+    p.tensors.push_back({t.name() + ".in_sum2", 0, {ne0, n_mat}, sums.size() * 4, payload(sums)});
+    p.tensors.push_back({t.name() + ".counts", 0, {1, n_mat}, counts.size() * 4, payload(counts)});
+    importance[t.name()] = std::move(values);
+  }
+  write_plan(p, path, {});
+  return importance;
+}
+
+// With an importance matrix, for every codec that uses one (the ds4 recipe's iq2_xxs and q2_K
+// among them): llama.cpp's quantizer given the matrix as llama-quantize loads it, and
+// gguf-requant --imatrix given the file, write the same bytes for every tensor (each expert
+// of the 3-D tensors with its own slice). The first case also runs without the matrix, to show
+// the matrix changed the bytes. (iq1_s, iq2_xs and iq2_s take 8-19 s each here, most of it
+// in both encoders' searches; the codec tests compare them with ggml directly.)
+TEST(LlamaE2E, LlamaQuantizeAndRequantAgreeWithAnImatrix) {
+  GGUF_REQUIRE_LLAMA();
+  TempDir dir;
+  LlamaMoeSpec spec;
+  write_model(spec, dir.file("f32.gguf"));
+  const Model f32 = Model::open(dir.file("f32.gguf"));
+  const auto importance = write_imatrix(f32, dir.file("imatrix.gguf"),
+                                        /*seed=*/20261130);
+  struct Case {
+    int ftype;  // llama_ftype
+    GgmlType type;
+  };
+  for (const Case& c :
+       {Case{14, GgmlType::Q4_K}, Case{19, GgmlType::IQ2_XXS}, Case{10, GgmlType::Q2_K},
+        Case{23, GgmlType::IQ3_XXS}, Case{31, GgmlType::IQ1_M}, Case{11, GgmlType::Q3_K},
+        Case{18, GgmlType::Q6_K}, Case{2, GgmlType::Q4_0}, Case{9, GgmlType::Q5_1},
+        Case{30, GgmlType::IQ4_XS}}) {
+    const std::string name = type_name(static_cast<uint32_t>(c.type));
+    SCOPED_TRACE(name);
+    const std::string theirs = dir.file("llama-" + name + ".gguf");
+    const std::string ours = dir.file("ours-" + name + ".gguf");
+    std::string log;
+    ASSERT_TRUE(LlamaRef::get().quantize(dir.file("f32.gguf"), theirs, c.ftype, /*pure=*/true,
+                                         /*allow_requantize=*/false, log, &importance))
+        << log;
+    const auto cli = run_cli("gguf-requant", {dir.file("f32.gguf"), "-o", ours, "--type", name,
+                                              "--imatrix", dir.file("imatrix.gguf")});
+    ASSERT_EQ(cli.code, 0) << cli.err;
+    std::string differing;
+    const size_t compared = expect_same_bytes_where_types_agree(theirs, ours, c.type, differing);
+    EXPECT_EQ(differing, "") << "tensors at different types";
+    EXPECT_GT(compared, 10u);
+    if (c.type == GgmlType::Q4_K) {
+      std::string log2;
+      ASSERT_TRUE(LlamaRef::get().quantize(dir.file("f32.gguf"), dir.file("plain.gguf"), c.ftype,
+                                           true, false, log2));
+      const Model plain = Model::open(dir.file("plain.gguf")), with = Model::open(ours);
+      const auto x = plain.find("blk.1.ffn_up_exps.weight")->data();
+      const auto y = with.find("blk.1.ffn_up_exps.weight")->data();
+      EXPECT_FALSE(std::equal(x.begin(), x.end(), y.begin(), y.end()));
+    }
   }
 }
 

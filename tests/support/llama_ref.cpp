@@ -69,8 +69,11 @@ struct Api {
 };
 
 // Offsets in llama_model_quantize_params (llama.h): int32 nthread, int32 ftype, two ggml_type
-// overrides, then the bools allow_requantize, quantize_output_tensor, only_copy, pure.
-constexpr size_t kQuantNthread = 0, kQuantFtype = 4, kQuantAllowRequantize = 16, kQuantPure = 19;
+// overrides, then the bools allow_requantize, quantize_output_tensor, only_copy, pure,
+// keep_split, dry_run, then the pointer imatrix: an array of llama_model_imatrix_data
+// {name, data, size} ended by a null name.
+constexpr size_t kQuantNthread = 0, kQuantFtype = 4, kQuantAllowRequantize = 16, kQuantPure = 19,
+                 kQuantImatrix = 24;
 Api api;
 
 }  // namespace
@@ -133,7 +136,7 @@ LlamaRef::LlamaRef() {
 }
 
 bool LlamaRef::quantize(const std::string& in, const std::string& out, int ftype, bool pure,
-                        bool allow_requantize, std::string& log) const {
+                        bool allow_requantize, std::string& log, const Importance* imatrix) const {
   if (!ok_) return false;
   static std::mutex quantize_mutex;  // the log sink is shared
   std::lock_guard quantize_lock(quantize_mutex);
@@ -147,6 +150,19 @@ bool LlamaRef::quantize(const std::string& in, const std::string& out, int ftype
   std::memcpy(params.bytes + kQuantFtype, &ft, sizeof ft);
   params.bytes[kQuantAllowRequantize] = allow_requantize ? 1 : 0;
   params.bytes[kQuantPure] = pure ? 1 : 0;
+  struct ImatrixData {  // llama_model_imatrix_data
+    const char* name;
+    const float* data;
+    size_t size;
+  };
+  std::vector<ImatrixData> entries;
+  if (imatrix) {
+    for (const auto& [name, values] : *imatrix)
+      entries.push_back({name.c_str(), values.data(), values.size()});
+    entries.push_back({nullptr, nullptr, 0});
+  }
+  const ImatrixData* im = imatrix ? entries.data() : nullptr;
+  std::memcpy(params.bytes + kQuantImatrix, &im, sizeof im);
   const uint32_t rc = api.model_quantize(in.c_str(), out.c_str(), params.bytes);
   if (rc != 0) log += "llama_model_quantize returned " + std::to_string(rc) + "\n";
   std::lock_guard lock(log_mutex);

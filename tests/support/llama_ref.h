@@ -5,6 +5,7 @@
 #pragma once
 
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 namespace gguf::testing {
@@ -29,9 +30,12 @@ class LlamaRef {
   // llama.cpp's own quantizer (llama_model_quantize, what llama-quantize calls) on one thread:
   // ftype is a llama_ftype (2 = Q4_0, 7 = Q8_0, 15 = Q4_K_M, ...); pure gives every quantizable
   // tensor that ftype's type (llama-quantize --pure); allow_requantize lets it start from a
-  // quantized file. Returns whether it succeeded, with its messages in log.
+  // quantized file. imatrix, when given, is what llama-quantize --imatrix hands over: per
+  // tensor name, the mean squared activations (n_mat x ne0, expert-major). Returns whether it
+  // succeeded, with its messages in log.
+  using Importance = std::unordered_map<std::string, std::vector<float>>;
   bool quantize(const std::string& in, const std::string& out, int ftype, bool pure,
-                bool allow_requantize, std::string& log) const;
+                bool allow_requantize, std::string& log, const Importance* imatrix = nullptr) const;
 
  private:
   LlamaRef();
