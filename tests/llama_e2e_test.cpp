@@ -206,7 +206,8 @@ size_t expect_same_bytes_where_types_agree(const std::string& theirs, const std:
 // Files written by another tool, llama.cpp's own quantizer (llama_model_quantize, which is what
 // llama-quantize --pure runs): gguf-inspect --check accepts them, and gguf-requant --type T of
 // the same f32 model writes the same bytes for every tensor; both choose the same types (every
-// weight matrix at T but the MoE router, which stays f32 like the norms).
+// weight matrix at T but the MoE router, which stays f32 like the norms), and gguf-diff finds
+// the two files identical, metadata included.
 // Then from a quantized start: llama.cpp requantizing its q8_0 file (allow_requantize) and
 // gguf-requant doing the same agree too (both decode to f32 first).
 TEST(LlamaE2E, LlamaQuantizeAndRequantWriteTheSameTensors) {
@@ -230,10 +231,10 @@ TEST(LlamaE2E, LlamaQuantizeAndRequantWriteTheSameTensors) {
   for (const Case& c :
        {Case{1, GgmlType::F16}, Case{32, GgmlType::BF16}, Case{7, GgmlType::Q8_0},
         Case{2, GgmlType::Q4_0}, Case{3, GgmlType::Q4_1}, Case{8, GgmlType::Q5_0},
-        Case{9, GgmlType::Q5_1}, Case{10, GgmlType::Q2_K}, Case{11, GgmlType::Q3_K},
-        Case{14, GgmlType::Q4_K}, Case{16, GgmlType::Q5_K}, Case{18, GgmlType::Q6_K},
+        Case{9, GgmlType::Q5_1}, Case{10, GgmlType::Q2_K}, Case{12, GgmlType::Q3_K},
+        Case{15, GgmlType::Q4_K}, Case{17, GgmlType::Q5_K}, Case{18, GgmlType::Q6_K},
         Case{25, GgmlType::IQ4_NL}, Case{30, GgmlType::IQ4_XS},
-        Case{14, GgmlType::Q4_K, "llama-q8_0.gguf"}, Case{3, GgmlType::Q4_1, "llama-q8_0.gguf"}}) {
+        Case{15, GgmlType::Q4_K, "llama-q8_0.gguf"}, Case{3, GgmlType::Q4_1, "llama-q8_0.gguf"}}) {
     const std::string name = type_name(static_cast<uint32_t>(c.type));
     SCOPED_TRACE(name + " from " + c.from);
     const std::string stem = c.from == "f32.gguf" ? name : name + "-from-q8_0";
@@ -251,6 +252,10 @@ TEST(LlamaE2E, LlamaQuantizeAndRequantWriteTheSameTensors) {
     const size_t compared = expect_same_bytes_where_types_agree(theirs, ours, c.type, differing);
     EXPECT_EQ(differing, "") << "tensors at different types";
     EXPECT_EQ(compared + routers, matrices);
+    // The whole files agree: metadata included (general.file_type too, given the ftype
+    // gguf-requant writes for its type: Q3_K_M, Q4_K_M, Q5_K_M for the k-quants).
+    const auto diff = run_cli("gguf-diff", {theirs, ours});
+    EXPECT_EQ(diff.code, 0) << diff.out << diff.err;
   }
 }
 
