@@ -324,6 +324,23 @@ void check_against_ggml(GgmlType t) {
   const int64_t n = 32 * 8192;
   const auto bytes = testing::random_bytes(bytes_of(t, n), seed + 77);
   expect_decode_matches(t, bytes, n, "random bytes");
+  // Every pair of special fp16 scale and min (or sum, for q8_1), over random codes that
+  // include 0: inf * 0 is the default NaN, which meets a NaN min in code * d + m; random
+  // bytes reach such a block about once in a million.
+  const uint16_t specials[] = {0x0000, 0x8000, 0x0001, 0x3c00, 0xbc00, 0x7bff, 0x7c00,
+                               0xfc00, 0x7e00, 0xfe00, 0x7c01, 0xfe01, 0x7fff, 0xffff};
+  const size_t bs = traits(t).type_size;
+  auto special = testing::random_bytes(bs * std::size(specials) * std::size(specials), seed + 78);
+  for (size_t i = 0; i < std::size(specials); ++i)
+    for (size_t j = 0; j < std::size(specials); ++j) {
+      uint8_t* b = special.data() + (i * std::size(specials) + j) * bs;
+      std::memcpy(b, &specials[i], 2);
+      std::memcpy(b + 2, &specials[j], 2);  // q4_1/q5_1's m (q8_1's s); q4_0/q5_0/q8_0: codes
+      b[bs - 1] &= 0xF0;                    // a zero code in every block (element 15)
+      if (t == GgmlType::Q5_1) std::memset(b + 4, 0, 4);  // qh: no fifth bit either
+    }
+  expect_decode_matches(t, special, static_cast<int64_t>(special.size() / bs) * 32,
+                        "special scales");
 }
 
 TEST(codec_legacy, q4_0_matches_ggml) {

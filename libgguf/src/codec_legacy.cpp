@@ -83,11 +83,14 @@ void store_half(uint8_t* p, float f) { store(p, fp32_to_fp16(f)); }
 
 // ---------------------------------------------------------------------------------------------
 // Decoders: code * d (+ m), computed in that order so NaN/inf scales give ggml's bits.
-// When d and m are both NaN, ggml's code * d + m keeps the product's NaN (d's, quieted), but
-// a vectorised add may take its operands either way round (x86 returns the first one's NaN),
-// so the offset of a NaN-scaled block is pinned to 0: the product's NaN then wins whatever the
-// order, and with a d that is not NaN nothing changes.
-float offset_for(float d, float m) { return std::isnan(d) ? 0.0f : m; }
+// With a NaN offset m, ggml's code * d + m gives the product's NaN when the product is NaN
+// too (d's NaN quieted, or the default NaN of 0 * inf) and m's otherwise: x86 returns the
+// first operand's NaN. A vectorised add may take its operands either way round, so blocks with
+// a NaN m (rare) say which NaN explicitly; m is quiet already (widened from fp16).
+float offset_nan_block(float code, float d, float m) {
+  const float p = code * d;
+  return std::isnan(p) ? p : m;
+}
 
 void decode_q4_0(const uint8_t* src, float* dst, int64_t n) {
   for (int64_t i = 0; i < n / kQK; ++i, dst += kQK) {
@@ -105,8 +108,15 @@ void decode_q4_1(const uint8_t* src, float* dst, int64_t n) {
   for (int64_t i = 0; i < n / kQK; ++i, dst += kQK) {
     const uint8_t* b = block_at<BlockQ4_1>(src, i);
     const float d = load_half(b + offsetof(BlockQ4_1, d));
-    const float m = offset_for(d, load_half(b + offsetof(BlockQ4_1, m)));
+    const float m = load_half(b + offsetof(BlockQ4_1, m));
     const auto qs = load<std::array<uint8_t, 16>>(b + offsetof(BlockQ4_1, qs));
+    if (std::isnan(m)) [[unlikely]] {
+      for (int j = 0; j < kHalf; ++j) {
+        dst[j] = offset_nan_block(static_cast<float>(qs[j] & 0xF), d, m);
+        dst[j + kHalf] = offset_nan_block(static_cast<float>(qs[j] >> 4), d, m);
+      }
+      continue;
+    }
     for (int j = 0; j < kHalf; ++j) {
       dst[j] = static_cast<float>(qs[j] & 0xF) * d + m;
       dst[j + kHalf] = static_cast<float>(qs[j] >> 4) * d + m;
@@ -150,9 +160,13 @@ void decode_q5_1(const uint8_t* src, float* dst, int64_t n) {
   for (int64_t i = 0; i < n / kQK; ++i, dst += kQK) {
     const uint8_t* b = block_at<BlockQ5_1>(src, i);
     const float d = load_half(b + offsetof(BlockQ5_1, d));
-    const float m = offset_for(d, load_half(b + offsetof(BlockQ5_1, m)));
+    const float m = load_half(b + offsetof(BlockQ5_1, m));
     const auto c =
         unpack_5bit(b + offsetof(BlockQ5_1, qs), load<uint32_t>(b + offsetof(BlockQ5_1, qh)));
+    if (std::isnan(m)) [[unlikely]] {
+      for (int j = 0; j < kQK; ++j) dst[j] = offset_nan_block(static_cast<float>(c[j]), d, m);
+      continue;
+    }
     for (int j = 0; j < kQK; ++j) dst[j] = static_cast<float>(c[j]) * d + m;
   }
 }
