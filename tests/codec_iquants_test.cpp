@@ -283,6 +283,17 @@ void check_encode_against_ggml(GgmlType t) {
     testing::expect_encode_matches_ggml(t, x, 8, 1024, imp.data(),
                                         fmt::format("every {}th group zero", zero_every));
   }
+  // Tiny importance (1e-30) on rows of zeros with one tiny value or all alike: a super-block
+  // whose every group scale comes out 0 still carries what ggml wrote for its groups (iq1_s
+  // writes the index highs before it finds the block empty).
+  for (const float v : {-0x1p-37f, 0x1p-20f, 3e-9f}) {
+    std::vector<float> x(4 * 256, 0.0f), imp(256, 1e-30f);
+    x[255] = v;
+    for (size_t i = 256; i < 512; ++i) x[i] = v;
+    x[600] = -v;
+    testing::expect_encode_matches_ggml(t, x, 4, 256, imp.data(),
+                                        fmt::format("tiny weights, {}", v));
+  }
   EXPECT_GT(rows, 500);
 }
 

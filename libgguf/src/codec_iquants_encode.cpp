@@ -689,7 +689,11 @@ void encode_iq1_s_row(const float* x, uint8_t* dst, int64_t n, const float* qw) 
       shifts[ib] = static_cast<int8_t>(best_shift);
       max_scale = gmax(max_scale, scale);
     }
-    if (max_scale == 0) continue;
+    if (max_scale == 0) {
+      // ggml has written the groups' index highs already; only d and the scales stay 0.
+      std::memcpy(dst + 34, qh, 16);
+      continue;
+    }
     const float d = max_scale / 15;
     const uint16_t dh = fp32_to_fp16(d * 1.125f);
     std::memcpy(dst, &dh, 2);

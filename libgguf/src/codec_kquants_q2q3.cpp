@@ -26,7 +26,8 @@ void requantize_q2(const float* x, BlockQ2_K& b, uint8_t* L) {
     if (d == 0) continue;
     const float m = m_all * static_cast<float>(b.scales[j] >> 4);
     for (int i = 0; i < 16; ++i)
-      L[16 * j + i] = static_cast<uint8_t>(std::clamp(nearest_int((x[16 * j + i] + m) / d), 0, 3));
+      L[16 * j + i] = static_cast<uint8_t>(
+          std::clamp(nearest_int(add_keeping_nan_of(x[16 * j + i], m) / d), 0, 3));
   }
 }
 
