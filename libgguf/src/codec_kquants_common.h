@@ -91,8 +91,6 @@ inline void store_block(const Block& b, uint8_t* dst) {
   std::memcpy(dst, &b, sizeof(Block));
 }
 
-// ggml's nearest_int: adding 1.5*2^23 rounds half to even for |f| < 2^22. Outside that range
-// the result is garbage, but ggml's bytes depend on exactly this garbage, so keep the trick.
 // a + b with the NaN ggml's build returns when both are NaN: a's (quieted). nearest_int turns a
 // NaN's payload into a code, so which NaN survives matters; it is x's in ggml's q2_K (and was in
 // our scalar builds), but a vectorised add may take its operands either way round, so the
@@ -101,6 +99,8 @@ inline float add_keeping_nan_of(float a, float b) {
   return a != a ? std::bit_cast<float>(std::bit_cast<uint32_t>(a) | 0x00400000u) : a + b;
 }
 
+// ggml's nearest_int: adding 1.5*2^23 rounds half to even for |f| < 2^22. Outside that range
+// the result is garbage, but ggml's bytes depend on exactly this garbage, so keep the trick.
 inline int nearest_int(float f) {
   const float biased = f + 12582912.0f;
   return static_cast<int>(std::bit_cast<uint32_t>(biased) & 0x007FFFFFu) - 0x00400000;
