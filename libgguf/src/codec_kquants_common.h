@@ -92,9 +92,9 @@ inline void store_block(const Block& b, uint8_t* dst) {
 }
 
 // a + b with the NaN ggml's build returns when both are NaN: a's (quieted). nearest_int turns a
-// NaN's payload into a code, so which NaN survives matters; it is x's in ggml's q2_K (and was in
-// our scalar builds), but a vectorised add may take its operands either way round, so the
-// callers name the winner.
+// NaN's payload into a code, so which NaN survives matters. In q2_K's requantize it is x's in
+// ggml's build, and a vectorised add of ours may take its operands either way round. (q4_K and
+// q5_K keep the plain x + dm: there our -O3 build and ggml's agree, and a test holds them to it.)
 inline float add_keeping_nan_of(float a, float b) {
   return a != a ? std::bit_cast<float>(std::bit_cast<uint32_t>(a) | 0x00400000u) : a + b;
 }

@@ -81,8 +81,8 @@ void requantize(const float* x, const Block& b, int nmax, uint8_t* L) {
     if (d == 0) continue;
     const float dm = m_all * static_cast<float>(m);
     for (int i = 0; i < 32; ++i)
-      L[32 * j + i] = static_cast<uint8_t>(
-          std::clamp(nearest_int(add_keeping_nan_of(x[32 * j + i], dm) / d), 0, nmax));
+      L[32 * j + i] =
+          static_cast<uint8_t>(std::clamp(nearest_int((x[32 * j + i] + dm) / d), 0, nmax));
   }
 }
 
