@@ -41,7 +41,10 @@ std::string value_text(const std::optional<Value>& v) {
 std::string shape_text(const std::vector<int64_t>& shape) {
   if (shape.empty()) return "[]";
   std::string s;
-  for (size_t i = 0; i < shape.size(); ++i) s += (i ? "x" : "") + std::to_string(shape[i]);
+  for (size_t i = 0; i < shape.size(); ++i) {
+    if (i) s += 'x';
+    s += std::to_string(shape[i]);
+  }
   return s;
 }
 

@@ -79,7 +79,8 @@ std::string render_text(const InspectReport& r, const RenderOptions& o) {
                            kv.value.array_size());
       t.add({escape_for_terminal(kv.key), type, format_value(kv.value, o.full ? 0 : 8)});
     }
-    out += (out.empty() ? "" : "\n") + std::string("metadata:\n") + t.render("  ");
+    if (!out.empty()) out += '\n';
+    out += "metadata:\n" + t.render("  ");
   }
   if (o.tensors) {
     const bool hashes = !r.tensors.empty() && r.tensors.front().xxh3.has_value();
@@ -101,7 +102,8 @@ std::string render_text(const InspectReport& r, const RenderOptions& o) {
       if (hashes) row.push_back(x.xxh3 ? hex64(*x.xxh3) : "-");
       t.add(std::move(row));
     }
-    out += (out.empty() ? "" : "\n") + std::string("tensors:\n") + t.render("  ");
+    if (!out.empty()) out += '\n';
+    out += "tensors:\n" + t.render("  ");
   }
   return out;
 }

@@ -15,8 +15,8 @@ namespace {
 
 std::string signed_bytes(uint64_t before, uint64_t after) {
   if (after == before) return "0 B";
-  return after > before ? "+" + cli::human_bytes(after - before)
-                        : "-" + cli::human_bytes(before - after);
+  return fmt::format("{}{}", after > before ? '+' : '-',
+                     cli::human_bytes(after > before ? after - before : before - after));
 }
 
 std::string ftype_text(const std::optional<uint32_t>& f) {
