@@ -443,6 +443,12 @@ TEST_P(KquantEncode, nan_payloads_without_weights_match_ggml) {
   const GgmlRef& g = GgmlRef::get();
   const GgmlType t = GetParam();
   if (t == GgmlType::Q8_K) GTEST_SKIP() << "compared with ggml's _ref row elsewhere";
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_UNDEFINED__)
+  // q4_K/q5_K keep the plain x + dm, whose NaN follows GCC's vectorisation of the loop: the
+  // optimised build matches ggml's, a sanitized build vectorises differently.
+  if (t == GgmlType::Q4_K || t == GgmlType::Q5_K)
+    GTEST_SKIP() << "NaN choice follows the vectoriser, which the sanitizers change";
+#endif
   constexpr int64_t kN = 256, kRows = 2000;
   std::mt19937_64 rng(11);
   std::vector<float> x(kN * kRows, 0.0f);
