@@ -296,12 +296,12 @@ LlamaRef::Importance write_imatrix(const Model& model, const std::string& path, 
   return importance;
 }
 
-// With an importance matrix, for every codec that uses one (the ds4 recipe's iq2_xxs and q2_K
+// With an importance matrix, for ten codecs that use one (the ds4 recipe's iq2_xxs and q2_K
 // among them): llama.cpp's quantizer given the matrix as llama-quantize loads it, and
 // gguf-requant --imatrix given the file, write the same bytes for every tensor (each expert
 // of the 3-D tensors with its own slice). The first case also runs without the matrix, to show
-// the matrix changed the bytes. (iq1_s, iq2_xs and iq2_s take 8-19 s each here, most of it
-// in both encoders' searches; the codec tests compare them with ggml directly.)
+// the matrix changed the bytes. (The other importance codecs passed too when tried; iq1_s,
+// iq2_xs and iq2_s take 8-19 s each here, so the codec tests compare them with ggml directly.)
 TEST(LlamaE2E, LlamaQuantizeAndRequantAgreeWithAnImatrix) {
   GGUF_REQUIRE_LLAMA();
   TempDir dir;
