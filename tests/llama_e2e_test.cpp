@@ -203,6 +203,23 @@ size_t expect_same_bytes_where_types_agree(const std::string& theirs, const std:
   return compared;
 }
 
+// Runs llama.cpp's quantizer (--pure, with `imatrix` if given) and gguf-requant --type T (with
+// `requant_args`) on dir/from, writing dir/llama-STEM.gguf and dir/ours-STEM.gguf.
+void quantize_both(const TempDir& dir, const std::string& from, const std::string& stem, int ftype,
+                   GgmlType type, const std::vector<std::string>& requant_args,
+                   const LlamaRef::Importance* imatrix = nullptr) {
+  std::string log;
+  ASSERT_TRUE(LlamaRef::get().quantize(dir.file(from), dir.file("llama-" + stem + ".gguf"), ftype,
+                                       /*pure=*/true, /*allow_requantize=*/from != "f32.gguf", log,
+                                       imatrix))
+      << log;
+  std::vector<std::string> args = {dir.file(from), "-o", dir.file("ours-" + stem + ".gguf"),
+                                   "--type", type_name(static_cast<uint32_t>(type))};
+  args.insert(args.end(), requant_args.begin(), requant_args.end());
+  const auto cli = run_cli("gguf-requant", args);
+  ASSERT_EQ(cli.code, 0) << cli.err;
+}
+
 // Files written by another tool, llama.cpp's own quantizer (llama_model_quantize, which is what
 // llama-quantize --pure runs): gguf-inspect --check accepts them, and gguf-requant --type T of
 // the same f32 model writes the same bytes for every tensor; both choose the same types (every
@@ -240,14 +257,10 @@ TEST(LlamaE2E, LlamaQuantizeAndRequantWriteTheSameTensors) {
     const std::string stem = c.from == "f32.gguf" ? name : name + "-from-q8_0";
     const std::string theirs = dir.file("llama-" + stem + ".gguf");
     const std::string ours = dir.file("ours-" + stem + ".gguf");
-    std::string log;
-    ASSERT_TRUE(LlamaRef::get().quantize(dir.file(c.from), theirs, c.ftype, /*pure=*/true,
-                                         /*allow_requantize=*/c.from != "f32.gguf", log))
-        << log;
+    quantize_both(dir, c.from, stem, c.ftype, c.type, {});
+    if (HasFatalFailure()) return;
     const auto check = run_cli("gguf-inspect", {"--check", theirs});
     EXPECT_EQ(check.code, 0) << check.out << check.err;
-    const auto cli = run_cli("gguf-requant", {dir.file(c.from), "-o", ours, "--type", name});
-    ASSERT_EQ(cli.code, 0) << cli.err;
     std::string differing;
     const size_t compared = expect_same_bytes_where_types_agree(theirs, ours, c.type, differing);
     EXPECT_EQ(differing, "") << "tensors at different types";
@@ -323,13 +336,9 @@ TEST(LlamaE2E, LlamaQuantizeAndRequantAgreeWithAnImatrix) {
     SCOPED_TRACE(name);
     const std::string theirs = dir.file("llama-" + name + ".gguf");
     const std::string ours = dir.file("ours-" + name + ".gguf");
-    std::string log;
-    ASSERT_TRUE(LlamaRef::get().quantize(dir.file("f32.gguf"), theirs, c.ftype, /*pure=*/true,
-                                         /*allow_requantize=*/false, log, &importance))
-        << log;
-    const auto cli = run_cli("gguf-requant", {dir.file("f32.gguf"), "-o", ours, "--type", name,
-                                              "--imatrix", dir.file("imatrix.gguf")});
-    ASSERT_EQ(cli.code, 0) << cli.err;
+    quantize_both(dir, "f32.gguf", name, c.ftype, c.type, {"--imatrix", dir.file("imatrix.gguf")},
+                  &importance);
+    if (HasFatalFailure()) return;
     std::string differing;
     const size_t compared = expect_same_bytes_where_types_agree(theirs, ours, c.type, differing);
     EXPECT_EQ(differing, "") << "tensors at different types";
