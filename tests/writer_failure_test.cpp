@@ -206,6 +206,78 @@ TEST(writer, throwing_producer_leaves_nothing) {
   EXPECT_TRUE(dir.entries().empty());
 }
 
+// --force over an existing split set: when a rename fails halfway (here the third shard's
+// path became a directory after the checks), the shards already renamed give their paths
+// back to the old ones, and nothing else is left behind.
+TEST(writer, forced_split_write_failing_midway_keeps_the_old_set) {
+  ScratchDir dir;
+  const std::string out = dir.file("m.gguf");
+  Plan plan = small_plan(1);
+  plan.tensors.push_back(memory_tensor("c", GgmlType::F16, {8, 3}, 9));
+  WriteOptions o;
+  o.split_max_tensors = 1;
+  const std::vector<std::string> shards = write_plan(plan, out, o).paths;
+  ASSERT_EQ(shards.size(), 3u);
+  std::vector<std::string> old;
+  for (const auto& p : shards) old.push_back(read_all(p));
+  const auto names = dir.entries();
+
+  Plan changed = small_plan(5);
+  changed.tensors.push_back(memory_tensor("c", GgmlType::F16, {8, 3}, 11));
+  o.force = true;
+  o.progress = [&](uint64_t done, uint64_t total) {
+    if (done != total) return;
+    ASSERT_EQ(::unlink(shards[2].c_str()), 0);
+    ASSERT_EQ(::mkdir(shards[2].c_str(), 0755), 0);
+    std::ofstream(shards[2] + "/keep") << "x";
+  };
+  EXPECT_THAT(error_of(changed, out, o), HasSubstr("cannot rename"));
+  EXPECT_EQ(dir.entries(), names);
+  EXPECT_EQ(read_all(shards[0]), old[0]);
+  EXPECT_EQ(read_all(shards[1]), old[1]);
+
+  // Once the obstacle is gone the same write succeeds, and no kept file remains.
+  std::filesystem::remove_all(shards[2]);
+  o.progress = nullptr;
+  EXPECT_EQ(write_plan(changed, out, o).paths, shards);
+  EXPECT_EQ(dir.entries(), names);
+  EXPECT_NE(read_all(shards[0]), old[0]);
+}
+
+// A termination signal that arrives while a set is being renamed into place is held until
+// the set is complete, then ends the process as usual.
+TEST(writer, signal_during_commit_waits_for_the_whole_set) {
+  ScratchDir dir;
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    cli::run_tool(
+        "gguf-x",
+        [&] {
+          std::vector<std::unique_ptr<detail::OutputFile>> outs;
+          for (const char* name : {"s1.gguf", "s2.gguf"}) {
+            outs.push_back(std::make_unique<detail::OutputFile>(dir.file(name)));
+            outs.back()->write(std::vector<uint8_t>{1, 2, 3});
+            outs.back()->finish();
+          }
+          {
+            detail::SignalsDeferred deferred;
+            ::raise(SIGTERM);
+            for (auto& out : outs) out->commit(false, true);
+          }
+          ::_exit(0);  // not reached: the signal ends the process first
+          return 0;
+        },
+        1);
+    ::_exit(1);
+  }
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  ASSERT_TRUE(WIFSIGNALED(status));
+  EXPECT_EQ(WTERMSIG(status), SIGTERM);
+  EXPECT_EQ(dir.entries(), (std::vector<std::string>{"s1.gguf", "s2.gguf"}));
+  EXPECT_EQ(read_all(dir.file("s2.gguf")), std::string("\x01\x02\x03"));
+}
+
 // Runs fn in a child with a private mount namespace holding a 1 MiB tmpfs at dir; returns the
 // child's exit code and what it wrote to the pipe. Exit code 77 means "could not set up".
 std::pair<int, std::string> in_small_tmpfs(const std::string& dir,

@@ -30,6 +30,7 @@ int g_bus_exit = 1;
 // SIGINT, SIGTERM, SIGHUP: remove the writer's named temp files (an unnamed one goes with
 // the process), then die of the signal as if it had not been caught.
 extern "C" void on_termination_signal(int sig) {
+  if (detail::defer_termination_signal(sig)) return;  // a split set is being put in place
   detail::remove_temp_files_from_signal_handler();
   ::signal(sig, SIG_DFL);
   ::raise(sig);
@@ -57,12 +58,14 @@ void install_signal_handlers(std::string_view tool, int failure_code) {
   struct sigaction sa {};
   sigemptyset(&sa.sa_mask);
   sa.sa_handler = on_termination_signal;
+  sa.sa_flags = SA_RESTART;  // the handler returns when it defers the signal
   for (int sig : {SIGINT, SIGTERM, SIGHUP}) {
     struct sigaction old {};
     // A signal the caller ignores (nohup, a background job) stays ignored.
     if (::sigaction(sig, nullptr, &old) == 0 && old.sa_handler == SIG_IGN) continue;
     ::sigaction(sig, &sa, nullptr);
   }
+  sa.sa_flags = 0;
   sa.sa_handler = on_bus_error;
   ::sigaction(SIGBUS, &sa, nullptr);
 }

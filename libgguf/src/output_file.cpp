@@ -9,6 +9,7 @@
 #include <array>
 #include <atomic>
 #include <cerrno>
+#include <csignal>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -35,12 +36,35 @@ std::string parent_dir(const std::string& path) {
   return dir.empty() ? "." : dir;
 }
 
-// The temp name pattern beside the final path, within NAME_MAX whatever the final name's length.
-std::string temp_pattern(const std::string& final_path) {
+// A hidden name pattern beside the final path (".<name>.<tag>.XXXXXX"), within NAME_MAX
+// whatever the final name's length.
+std::string name_pattern(const std::string& final_path, const char* tag = "tmp") {
   const std::filesystem::path p(final_path);
   const std::string base = p.filename().string().substr(0, 200);
-  return (p.parent_path() / ("." + base + ".tmp.XXXXXX")).string();
+  return (p.parent_path() / fmt::format(".{}.{}.XXXXXX", base, tag)).string();
 }
+
+// Gives a file a second, unused name of the pattern: make(name) links or renames the file
+// to name (0 or -1 and errno, as the system calls); returns the name.
+template <class Make>
+std::string fresh_name(const std::string& pattern, Make make, const auto& fail) {
+  for (int attempt = 0; attempt < 1000; ++attempt) {
+    std::string name = pattern;
+    const int probe = ::mkostemp(name.data(), O_CLOEXEC);  // picks an unused name ...
+    if (probe < 0) fail(errno);
+    ::close(probe);
+    ::unlink(name.c_str());  // ... which make() then takes
+    if (make(name.c_str()) == 0) return name;
+    if (errno != EEXIST) fail(errno);
+  }
+  fail(EEXIST);
+  return {};
+}
+
+// Termination signals that arrive while a set of outputs is being renamed into place wait
+// until the set is complete (or rolled back): see SignalsDeferred.
+std::atomic<int> g_defer_depth{0};
+std::atomic<int> g_pending_signal{0};
 
 // Temp names that exist right now, for signal handlers: a fixed table of pointers to the
 // OutputFiles' own strings (a string is not changed while its slot holds it).
@@ -73,6 +97,22 @@ void remove_temp_files_from_signal_handler() noexcept {
     if (const char* name = slot.load()) ::unlink(name);
 }
 
+bool defer_termination_signal(int sig) noexcept {
+  if (g_defer_depth.load() == 0) return false;
+  g_pending_signal.store(sig);
+  if (g_defer_depth.load() != 0) return true;
+  // The commit ended meanwhile: if it has not taken the signal, it is handled now.
+  return g_pending_signal.exchange(0) == 0;
+}
+
+SignalsDeferred::SignalsDeferred() { g_defer_depth.fetch_add(1); }
+
+SignalsDeferred::~SignalsDeferred() {
+  if (g_defer_depth.fetch_sub(1) != 1) return;
+  // Delivered again, now to the handler's ordinary course (which ends the process).
+  if (const int sig = g_pending_signal.exchange(0)) ::raise(sig);
+}
+
 OutputFile::OutputFile(std::string final_path, bool unnamed) : final_(std::move(final_path)) {
   // Preferably an unnamed file (O_TMPFILE): a process killed while writing leaves nothing
   // behind. It gets its temp name only in commit(), just before the rename. Linking it needs
@@ -85,7 +125,7 @@ OutputFile::OutputFile(std::string final_path, bool unnamed) : final_(std::move(
     proc_.clear();
   }
   // File systems without O_TMPFILE: a named temp file from the start.
-  temp_ = temp_pattern(final_);
+  temp_ = name_pattern(final_);
   fd_ = ::mkostemp(temp_.data(), O_CLOEXEC);
   if (fd_ < 0)
     throw Error(final_, {}, std::nullopt,
@@ -177,20 +217,39 @@ void OutputFile::start_writeback() {
 // Links the anonymous file to a fresh temp name (linkat cannot replace, so a name taken in
 // the meantime is simply skipped).
 void OutputFile::name_temp() {
-  for (int attempt = 0; attempt < 1000; ++attempt) {
-    std::string name = temp_pattern(final_);
-    const int probe = ::mkostemp(name.data(), O_CLOEXEC);  // picks an unused name ...
-    if (probe < 0) fail("cannot name the temporary file", errno);
-    ::close(probe);
-    ::unlink(name.c_str());  // ... which the link then takes
-    if (::linkat(AT_FDCWD, proc_.c_str(), AT_FDCWD, name.c_str(), AT_SYMLINK_FOLLOW) == 0) {
-      temp_ = std::move(name);
-      slot_ = register_temp(temp_.c_str());
-      return;
-    }
-    if (errno != EEXIST) fail("cannot name the temporary file", errno);
+  temp_ = fresh_name(
+      name_pattern(final_),
+      [&](const char* name) {
+        return ::linkat(AT_FDCWD, proc_.c_str(), AT_FDCWD, name, AT_SYMLINK_FOLLOW);
+      },
+      [&](int err) { fail("cannot name the temporary file", err); });
+  slot_ = register_temp(temp_.c_str());
+}
+
+// A second name for the file at the final path (a symbolic link itself, not its target),
+// so that remove() can put it back. Where the file system has no hard links, the file is
+// moved aside instead.
+void OutputFile::keep_replaced_file() {
+  struct stat st {};
+  if (::lstat(final_.c_str(), &st) != 0) {
+    if (errno == ENOENT) return;
+    fail("cannot look at the file to be replaced", errno);
   }
-  fail("cannot name the temporary file", EEXIST);
+  if (!S_ISREG(st.st_mode) && !S_ISLNK(st.st_mode)) return;  // rename() refuses these anyway
+  backup_ = fresh_name(
+      name_pattern(final_, "old"),
+      [&](const char* name) {
+        if (::linkat(AT_FDCWD, final_.c_str(), AT_FDCWD, name, 0) == 0) return 0;
+        if (errno != EPERM && errno != EOPNOTSUPP && errno != EMLINK && errno != ENOSYS) return -1;
+        backup_moved_ = ::rename(final_.c_str(), name) == 0;
+        return backup_moved_ ? 0 : -1;
+      },
+      [&](int err) { fail("cannot keep the file to be replaced", err); });
+}
+
+void OutputFile::drop_replaced_file() noexcept {
+  if (committed_ && !backup_.empty()) ::unlink(backup_.c_str());
+  backup_.clear();
 }
 
 void OutputFile::finish() {
@@ -205,7 +264,7 @@ void OutputFile::close_checked() {
   if (::close(fd) != 0) fail("close failed", errno);
 }
 
-void OutputFile::commit(bool replace) {
+void OutputFile::commit(bool replace, bool keep_replaced) {
   object_.clear();
   if (temp_.empty()) name_temp();
   if (fd_ >= 0) close_checked();
@@ -222,6 +281,7 @@ void OutputFile::commit(bool replace) {
     if (errno != EINVAL && errno != ENOSYS)
       fail(fmt::format("cannot rename '{}' to the output path", temp_), errno);
   }
+  if (keep_replaced) keep_replaced_file();
   if (::rename(temp_.c_str(), final_.c_str()) != 0)
     fail(fmt::format("cannot rename '{}' to the output path", temp_), errno);
   committed_ = true;
@@ -231,11 +291,20 @@ void OutputFile::commit(bool replace) {
 void OutputFile::remove() noexcept {
   if (removed_) return;
   removed_ = true;
-  // An anonymous file goes away with its descriptor.
-  if (committed_)
+  // An anonymous file goes away with its descriptor. A committed one gives its path back to
+  // the file it replaced, if that was kept.
+  if (committed_ && backup_.empty())
     ::unlink(final_.c_str());
-  else if (!temp_.empty())
+  else if (!committed_ && !temp_.empty())
     ::unlink(temp_.c_str());
+  if (!backup_.empty()) {
+    // Where the rename fails, the replaced file stays under its hidden name.
+    if (committed_ || backup_moved_)
+      ::rename(backup_.c_str(), final_.c_str());
+    else
+      ::unlink(backup_.c_str());  // still at the final path as well
+    backup_.clear();
+  }
   unregister_temp(slot_);
 }
 

@@ -426,6 +426,19 @@ std::pair<std::vector<Shard>, std::vector<Identity>> prepare(const Plan& plan,
   return {std::move(shards), std::move(inputs)};
 }
 
+// Puts the files of a set in place: all of them, or none, and then the files they replaced
+// are back. A termination signal meanwhile takes effect once that is settled.
+void commit_all(std::vector<std::unique_ptr<OutputFile>>& outs, bool force) {
+  detail::SignalsDeferred deferred;
+  try {
+    for (auto& out : outs) out->commit(force, outs.size() > 1);
+  } catch (...) {
+    for (auto& out : outs) out->remove();
+    throw;
+  }
+  for (auto& out : outs) out->drop_replaced_file();
+}
+
 WriteResult write_impl(const Plan& plan, const std::string& path, const WriteOptions& o) {
   const auto [shards, inputs] = prepare(plan, path, o, true);
   // Each shard keeps its output descriptor, and once verified the descriptor behind its
@@ -491,7 +504,7 @@ WriteResult write_impl(const Plan& plan, const std::string& path, const WriteOpt
       }
       result.verified = true;
     }
-    for (auto& out : outs) out->commit(o.force);
+    commit_all(outs, o.force);
     detail::sync_parent_directory(path);
   } catch (...) {
     for (auto& out : outs) out->remove();

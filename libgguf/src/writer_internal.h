@@ -88,18 +88,26 @@ class OutputFile {
   void finish();
   // Names an anonymous file, closes it and renames it to the final path; replaces an
   // existing file only when replace (where the file system supports RENAME_NOREPLACE).
-  void commit(bool replace);
-  // Removes what this object created: the temp file, or the final file after commit().
+  // keep_replaced keeps the file replaced under a hidden name (".<name>.old.XXXXXX"), so
+  // that remove() can put it back, until drop_replaced_file().
+  void commit(bool replace, bool keep_replaced = false);
+  // Once the whole set is committed: deletes the kept replaced file.
+  void drop_replaced_file() noexcept;
+  // Removes what this object created: the temp file, or the final file after commit() (the
+  // kept replaced file, if any, returns to the final path).
   void remove() noexcept;
 
  private:
   [[noreturn]] void fail(const std::string& what, int err) const;
 
   void name_temp();
+  void keep_replaced_file();
   void start_writeback();
   void close_checked();
 
   std::string final_, temp_, proc_, object_;  // temp_ empty while the file is anonymous
+  std::string backup_;                        // the kept replaced file, if any
+  bool backup_moved_ = false;                 // moved aside rather than linked
   int fd_ = -1;
   uint64_t pos_ = 0, flushed_ = 0;
   bool committed_ = false, removed_ = false;
@@ -109,6 +117,21 @@ class OutputFile {
 // Unlinks every temp name an OutputFile holds right now. Async-signal-safe: for the tools'
 // handlers of SIGINT, SIGTERM, SIGHUP and SIGBUS.
 void remove_temp_files_from_signal_handler() noexcept;
+
+// While one exists, SIGINT, SIGTERM and SIGHUP wait (defer_termination_signal) and are raised
+// again when the last one goes: for the renames that put a split set in place, so that a
+// signal leaves the whole set or none of it.
+class SignalsDeferred {
+ public:
+  SignalsDeferred();
+  ~SignalsDeferred();
+  SignalsDeferred(const SignalsDeferred&) = delete;
+  SignalsDeferred& operator=(const SignalsDeferred&) = delete;
+};
+
+// For the tools' signal handlers: true if the signal was recorded for a SignalsDeferred to
+// raise again (the handler then returns); false to handle it now. Async-signal-safe.
+bool defer_termination_signal(int sig) noexcept;
 
 // fsync of the directory holding path, so that a rename survives a crash.
 void sync_parent_directory(const std::string& path);
