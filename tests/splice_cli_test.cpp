@@ -192,6 +192,22 @@ TEST(splice_cli, refusals_and_their_exit_codes) {
                                bad, start, bytes, bytes - 1));
 }
 
+// Sizes as llama-gguf-split reads them: K/M/G/T (and KB...) decimal, KiB... binary.
+TEST(splice_cli, split_sizes_are_decimal_as_in_llama_gguf_split) {
+  EXPECT_EQ(cli::parse_size("123", "s"), 123u);
+  EXPECT_EQ(cli::parse_size("5M", "s"), 5000000u);
+  EXPECT_EQ(cli::parse_size("50G", "s"), 50000000000u);
+  EXPECT_EQ(cli::parse_size("50GB", "s"), 50000000000u);
+  EXPECT_EQ(cli::parse_size("4GiB", "s"), uint64_t{4} << 30);
+  EXPECT_EQ(cli::parse_size("2T", "s"), 2000000000000u);
+  EXPECT_EQ(cli::parse_size("3MiB", "s"), 3u << 20);
+  for (const char* bad : {"", "G", "4g", "4 G", "4Gi", "-1", "1.5G"}) {
+    SCOPED_TRACE(bad);
+    EXPECT_THROW(cli::parse_size(bad, "s"), Error);
+  }
+  EXPECT_THROW(cli::parse_size("18446744073709551615K", "s"), Error);
+}
+
 TEST(splice_cli, split_output) {
   REQUIRE_TOOL();
   Scratch dir;

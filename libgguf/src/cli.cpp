@@ -149,25 +149,37 @@ uint64_t parse_size(std::string_view text, std::string_view option) {
   }
   if (i == 0)
     usage_error(fmt::format("--{}: '{}' is not a size (e.g. 4G, 500M, 123456)", option, text));
-  std::string_view suffix = text.substr(i);
-  int shift = 0;
-  if (suffix == "" || suffix == "B")
-    shift = 0;
-  else if (suffix == "K" || suffix == "k" || suffix == "KiB")
-    shift = 10;
-  else if (suffix == "M" || suffix == "MiB")
-    shift = 20;
-  else if (suffix == "G" || suffix == "GiB")
-    shift = 30;
-  else if (suffix == "T" || suffix == "TiB")
-    shift = 40;
-  else
-    usage_error(fmt::format("--{}: '{}' is not a size (e.g. 4G, 500M, 123456)", option, text));
-  if (shift && value > (UINT64_MAX >> shift))
+  // As llama-gguf-split: K, M, G, T are powers of 1000 (50G fits a 50 GB limit per file);
+  // KiB, MiB, GiB, TiB are powers of 1024.
+  const std::string_view suffix = text.substr(i);
+  static constexpr std::pair<std::string_view, uint64_t> kUnits[] = {
+      {"", 1},
+      {"B", 1},
+      {"K", 1000},
+      {"k", 1000},
+      {"KB", 1000},
+      {"kB", 1000},
+      {"M", 1000 * 1000},
+      {"MB", 1000 * 1000},
+      {"G", 1000 * 1000 * 1000},
+      {"GB", 1000 * 1000 * 1000},
+      {"T", uint64_t{1000} * 1000 * 1000 * 1000},
+      {"TB", uint64_t{1000} * 1000 * 1000 * 1000},
+      {"KiB", uint64_t{1} << 10},
+      {"MiB", uint64_t{1} << 20},
+      {"GiB", uint64_t{1} << 30},
+      {"TiB", uint64_t{1} << 40},
+  };
+  const auto unit = std::find_if(std::begin(kUnits), std::end(kUnits),
+                                 [&](const auto& u) { return u.first == suffix; });
+  if (unit == std::end(kUnits))
+    usage_error(
+        fmt::format("--{}: '{}' is not a size (e.g. 4G, 500M, 4GiB, 123456)", option, text));
+  if (value > UINT64_MAX / unit->second)
     usage_error(fmt::format("--{}: '{}' is too large", option, text));
   if (value == 0)
     usage_error(fmt::format("--{}: '{}' is not a size of at least 1 byte", option, text));
-  return value << shift;
+  return value * unit->second;
 }
 
 std::string human_bytes(uint64_t bytes) {
