@@ -55,6 +55,19 @@ struct Pair {
   }
 };
 
+// A report that cannot be written (here: a full device) is trouble, not a result: exit 2
+// with a message, for the table and for JSON, identical files or not.
+TEST(diff_cli, unwritable_stdout_is_trouble) {
+  const Pair p;
+  for (const std::vector<std::string>& args :
+       {std::vector<std::string>{p.a, p.b}, {"--json", p.a, p.b}, {"--json", p.a, p.a}}) {
+    const CliResult r = run_cli("gguf-diff", args, "/dev/full");
+    EXPECT_EQ(r.code, 2);
+    EXPECT_EQ(r.err,
+              "gguf-diff: error: cannot write to standard output: no space left on device\n");
+  }
+}
+
 TEST(diff_cli, identical_files_exit_0) {
   TempDir dir;
   const Fixture f;

@@ -148,6 +148,19 @@ TEST(inspect, cli_missing_file_exits_1) {
             "gguf-inspect: error: /nonexistent/x.gguf: cannot open: No such file or directory\n");
 }
 
+// A report cut short by a full device (or a closed stdout) is a failure with a message.
+TEST(inspect, cli_unwritable_stdout_fails) {
+  TempDir dir;
+  const std::string path = write_model(dir, "m.gguf", small_spec());
+  for (const std::vector<std::string>& args :
+       {std::vector<std::string>{path}, {"--json", path}, {"--check", path}}) {
+    const auto res = run_cli("gguf-inspect", args, "/dev/full");
+    EXPECT_EQ(res.code, 1);
+    EXPECT_EQ(res.err,
+              "gguf-inspect: error: cannot write to standard output: no space left on device\n");
+  }
+}
+
 TEST(inspect, cli_damaged_file_prints_what_it_read_then_fails) {
   TempDir dir;
   const std::string path = write_model(dir, "m.gguf", small_spec());

@@ -367,6 +367,11 @@ TEST(requant, cli_reports_json_and_usage_errors) {
        {"name", "source", "type_before", "type_after", "bytes_before", "bytes_after", "action"})
     EXPECT_TRUE(j["tensors"][0].contains(k)) << k;
   EXPECT_EQ(j["bytes_after"], std::filesystem::file_size(dir.file("o.gguf")));
+  // A report that cannot be written fails the run (the file itself is complete).
+  res = run_cli("gguf-requant", {in, "-o", dir.file("p.gguf"), "--type", "q8_0"}, "/dev/full");
+  EXPECT_EQ(res.code, 1);
+  EXPECT_EQ(res.err,
+            "gguf-requant: error: cannot write to standard output: no space left on device\n");
   res = run_cli("gguf-requant", {in, "-o", dir.file("o.gguf"), "--type", "q8_0"});
   EXPECT_EQ(res.code, 2);
   EXPECT_NE(res.err.find("--force"), std::string::npos) << res.err;

@@ -6,12 +6,14 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <mutex>
 #include <new>
 #include <sstream>
+#include <system_error>
 
 #include "gguf/error.h"
 #include "writer_internal.h"
@@ -70,12 +72,33 @@ void install_signal_handlers(std::string_view tool, int failure_code) {
   ::sigaction(SIGBUS, &sa, nullptr);
 }
 
+// The report a script reads must not be silently cut short (a full disk, a closed stdout):
+// true if everything written to stdout reached it.
+bool stdout_complete(std::string_view tool) {
+  errno = 0;
+  if (std::fflush(stdout) == 0 && !std::ferror(stdout)) return true;
+  const int err = errno;
+  fmt::print(stderr, "{}: error: cannot write to standard output{}\n", tool,
+             err ? fmt::format(": {}", detail::errno_text(err)) : std::string());
+  return false;
+}
+
 }  // namespace
 
 int run_tool(std::string_view tool, const std::function<int()>& body, int failure_code) {
   install_signal_handlers(tool, failure_code);
   try {
-    return body();
+    const int code = body();
+    return stdout_complete(tool) ? code : failure_code;
+  } catch (const std::system_error& e) {
+    // fmt::print's failure; the tools print to stdout and stderr only.
+    if (std::string_view(e.what()).starts_with("cannot write to file")) {
+      fmt::print(stderr, "{}: error: cannot write to standard output: {}\n", tool,
+                 detail::errno_text(e.code().value()));
+      return failure_code;
+    }
+    fmt::print(stderr, "{}: error: {}\n", tool, e.what());
+    return failure_code;
   } catch (const Error& e) {
     fmt::print(stderr, "{}: error: {}\n", tool, e.what());
     if (e.kind() == Error::Kind::kUsage) {

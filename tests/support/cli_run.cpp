@@ -24,9 +24,11 @@ std::string slurp(const std::string& path) {
 
 }  // namespace
 
-CliResult run_cli(const std::string& tool, const std::vector<std::string>& args) {
+CliResult run_cli(const std::string& tool, const std::vector<std::string>& args,
+                  const std::string& stdout_path) {
   TempDir dir;
-  const std::string out = dir.file("stdout"), err = dir.file("stderr");
+  const std::string out = stdout_path.empty() ? dir.file("stdout") : stdout_path;
+  const std::string err = dir.file("stderr");
   const std::string exe = std::string(GGUF_TOOLS_DIR) + "/" + tool;
   const pid_t pid = fork();
   if (pid < 0) throw std::runtime_error("fork failed");
@@ -45,7 +47,7 @@ CliResult run_cli(const std::string& tool, const std::vector<std::string>& args)
   int status = 0;
   waitpid(pid, &status, 0);
   CliResult r;
-  r.out = slurp(out);
+  if (stdout_path.empty()) r.out = slurp(out);
   r.err = slurp(err);
   r.code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
   return r;

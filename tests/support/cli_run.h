@@ -11,8 +11,10 @@ struct CliResult {
   int code = -1;
 };
 
-// Runs GGUF_TOOLS_DIR/<tool> with args (no shell; arguments passed as they are).
-CliResult run_cli(const std::string& tool, const std::vector<std::string>& args);
+// Runs GGUF_TOOLS_DIR/<tool> with args (no shell; arguments passed as they are). With
+// stdout_path (e.g. "/dev/full"), stdout goes there instead of into CliResult::out.
+CliResult run_cli(const std::string& tool, const std::vector<std::string>& args,
+                  const std::string& stdout_path = {});
 
 // "/proc/PID/fd/N" for a file that process PID (0: this one) has open inside dir, such as the
 // writer's unnamed O_TMPFILE output (its link reads "DIR/#INODE (deleted)"); "" when none.
