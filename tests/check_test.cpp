@@ -109,10 +109,19 @@ TEST(check, name_with_nul) {
 
 TEST(check, key_with_nul) {
   GgufBuilder b;
-  b.u32(std::string("general.alignment\0x", 19), 7);
+  b.u32(std::string("general.alignment\0x", 19), 64);
   EXPECT_EQ(problems(b),
-            Strings{"warning: mem.gguf: key 'general.alignment\\x00x': at byte 24: key contains a "
-                    "NUL byte; ggml's lookups by name see it as 'general.alignment'"});
+            Strings{"error: mem.gguf: key 'general.alignment\\x00x': at byte 24: key contains a "
+                    "NUL byte; ggml's lookups by name see it as 'general.alignment', other readers "
+                    "may not"});
+}
+
+TEST(check, empty_tensor_name) {
+  const auto b = base().defect({DefectKind::kEmptyTensorName, 1});
+  EXPECT_EQ(problems(b), Strings{fmt::format("error: mem.gguf: tensor '': at byte {}: empty tensor "
+                                             "name; llama.cpp's loader refuses a tensor it does "
+                                             "not know",
+                                             b.layout().tensor_info_offsets[1])});
 }
 
 TEST(check, unknown_type_id) {

@@ -11,6 +11,7 @@
 #include "ggml_ref.h"
 #include "gguf/file.h"
 #include "gguf/writer.h"
+#include "gguf_builder.h"
 #include "writer_test_util.h"
 
 namespace gguf {
@@ -405,6 +406,54 @@ TEST(ggml_reader, refuses_what_the_writer_must_not_write) {
     io.close();
     GgmlFile g(dir.file("gap.gguf"), false);
     EXPECT_EQ(g.ctx, nullptr);
+  }
+}
+
+// Cases where ggml's reader and ours once disagreed (a differential fuzz): both accept or both
+// refuse, and where both accept they place the data at the same offset.
+TEST(ggml_reader, agrees_on_odd_files_other_tools_may_write) {
+  GGUF_REQUIRE_GGUF_API();
+  const auto& api = GgufApi::get();
+  ScratchDir dir;
+  using testing::GgufBuilder;
+  const auto ours = [](const std::string& path) -> std::shared_ptr<const GgufFile> {
+    try {
+      return GgufFile::open(path);
+    } catch (const Error&) {
+      return nullptr;
+    }
+  };
+  {
+    // A key that reads "general.alignment" up to a NUL byte comes first: ggml uses it.
+    GgufBuilder b;
+    b.u32(std::string("general.alignment\0x", 19), 64);
+    b.u32("general.alignment", 32);
+    b.tensor("a", 0, {8}, std::vector<uint8_t>(128, 7));
+    b.write_file(dir.file("nul.gguf"));
+    GgmlFile g(dir.file("nul.gguf"), false);
+    const auto f = ours(dir.file("nul.gguf"));
+    ASSERT_NE(g.ctx, nullptr);
+    ASSERT_NE(f, nullptr);
+    EXPECT_EQ(api.get_data_offset(g.ctx), f->data_offset());
+  }
+  {
+    // Every tensor empty, but the data section would start past the end of the file.
+    GgufBuilder b;
+    b.u32("general.alignment", 4096);
+    b.tensor("z", 0, {0}, {});
+    b.write_file(dir.file("past.gguf"));
+    GgmlFile g(dir.file("past.gguf"), false);
+    EXPECT_EQ(g.ctx, nullptr);
+    EXPECT_EQ(ours(dir.file("past.gguf")), nullptr);
+  }
+  {
+    // An empty tensor name.
+    GgufBuilder b;
+    b.tensor("", 0, {8});
+    b.write_file(dir.file("empty.gguf"));
+    GgmlFile g(dir.file("empty.gguf"), false);
+    EXPECT_NE(g.ctx, nullptr);
+    EXPECT_NE(ours(dir.file("empty.gguf")), nullptr);
   }
 }
 

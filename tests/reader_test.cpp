@@ -98,8 +98,8 @@ TEST(reader, rejects_key_length_past_eof) {
   const auto b = with({DefectKind::kKeyPastEof, 1});
   const Layout l = b.layout();
   EXPECT_EQ(error_of(b), fmt::format("mem.gguf: key #1: at byte {}: key length 1099511627776 "
-                                     "runs past end of file ({} bytes left)",
-                                     l.kv_offsets[1], l.file_size - l.kv_offsets[1] - 8));
+                                     "exceeds ggml's limit of 1073741824 bytes",
+                                     l.kv_offsets[1]));
 }
 
 TEST(reader, rejects_string_past_eof) {
@@ -108,8 +108,8 @@ TEST(reader, rejects_string_past_eof) {
   const uint64_t at = after_key(l, 0, "general.architecture") + 4;
   EXPECT_EQ(error_of(b),
             fmt::format("mem.gguf: key 'general.architecture': at byte {}: string length "
-                        "1099511627776 runs past end of file ({} bytes left)",
-                        at, l.file_size - at - 8));
+                        "1099511627776 exceeds ggml's limit of 1073741824 bytes",
+                        at));
 }
 
 TEST(reader, rejects_string_array_element_past_eof) {
@@ -118,8 +118,19 @@ TEST(reader, rejects_string_array_element_past_eof) {
   const uint64_t at = after_key(l, 2, "tokenizer.ggml.tokens") + 4 + 4 + 8;
   EXPECT_EQ(error_of(b),
             fmt::format("mem.gguf: key 'tokenizer.ggml.tokens': at byte {}: string length "
-                        "1099511627776 runs past end of file ({} bytes left)",
-                        at, l.file_size - at - 8));
+                        "1099511627776 exceeds ggml's limit of 1073741824 bytes",
+                        at));
+}
+
+// Up to ggml's limit a length is only checked against what the file holds.
+TEST(reader, rejects_string_at_the_limit_past_eof) {
+  GgufBuilder b;
+  std::vector<uint8_t> length(8, 0);
+  length[3] = 0x40;  // 2^30, little-endian
+  b.raw_kv("k", 8, length);
+  EXPECT_EQ(error_of(b),
+            "mem.gguf: key 'k': at byte 37: string length 1073741824 runs past end of "
+            "file (0 bytes left)");
 }
 
 TEST(reader, rejects_empty_key) {
@@ -323,10 +334,44 @@ TEST(reader, rejects_duplicate_tensor_name) {
                                      l.tensor_info_offsets[2], l.tensor_info_offsets[0]));
 }
 
-TEST(reader, rejects_empty_tensor_name) {
-  const auto b = with({DefectKind::kEmptyTensorName, 1});
-  EXPECT_EQ(error_of(b), fmt::format("mem.gguf: tensor #1: at byte {}: empty tensor name",
-                                     b.layout().tensor_info_offsets[1]));
+// ggml accepts an empty tensor name, so the reader does too (gguf-inspect --check reports it).
+TEST(reader, accepts_empty_tensor_name) {
+  const auto f = parse(with({DefectKind::kEmptyTensorName, 1}));
+  ASSERT_EQ(f->tensors().size(), 3u);
+  EXPECT_EQ(f->tensors()[1].name, "");
+}
+
+// ggml seeks to the data section first, so it refuses a file whose padded header end lies
+// past its end even when every tensor is empty.
+TEST(reader, rejects_data_section_past_eof) {
+  GgufBuilder b;
+  b.u32("general.alignment", 4096);
+  b.tensor("z", 0, {0}, {});
+  EXPECT_EQ(error_of(b), fmt::format("mem.gguf: at byte {}: the data section would start at byte "
+                                     "4096 (the header end padded to the alignment 4096), past "
+                                     "the end of the file ({} bytes)",
+                                     b.layout().header_end, b.build().size()));
+}
+
+// general.alignment is found as ggml finds it: the first key that reads so up to a NUL.
+TEST(reader, alignment_key_is_found_as_ggml_finds_it) {
+  GgufBuilder b;
+  b.u32(std::string("general.alignment\0x", 19), 64);
+  b.u32("general.alignment", 32);
+  b.tensor("a", 0, {8}, testing::pattern_bytes(128, 1));  // room for either layout
+  const auto f = parse(b);
+  EXPECT_EQ(f->alignment(), 64u);
+  EXPECT_EQ(f->data_offset() % 64, 0u);
+}
+
+// A name that swallowed the file (a corrupted length) is cut in messages.
+TEST(reader, long_names_are_cut_in_messages) {
+  GgufBuilder b;
+  b.string(std::string(300, 'k'), "v");
+  b.string(std::string(300, 'k'), "w");
+  EXPECT_EQ(error_of(b), fmt::format("mem.gguf: key '{}...' (300 bytes): at byte {}: duplicate key "
+                                     "(first defined at byte 24)",
+                                     std::string(100, 'k'), 24 + 8 + 300 + 4 + 8 + 1));
 }
 
 TEST(reader, rejects_tensor_name_past_eof) {

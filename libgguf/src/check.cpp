@@ -211,9 +211,9 @@ class Checker {
     for (const KeyValue& kv : f.metadata().entries())
       if (const size_t nul = kv.key.find('\0'); nul != std::string::npos)
         add(f, key_object(kv.key), kv.offset,
-            fmt::format("key contains a NUL byte; ggml's lookups by name see it as '{}'",
-                        escape_for_terminal(kv.key.substr(0, nul))),
-            "warning");
+            fmt::format("key contains a NUL byte; ggml's lookups by name see it as '{}', other "
+                        "readers may not",
+                        escape_for_terminal(kv.key.substr(0, nul))));
     check_alignment(f);
     bool layout_known = true;
     for (const TensorInfo& t : f.tensors()) layout_known &= check_tensor(f, t);
@@ -221,11 +221,10 @@ class Checker {
     if (layout_known) check_layout(f);
   }
 
-  // The entry of key (with its byte offset, which Metadata::find does not give), or nullptr.
+  // The entry of key (with its byte offset, which Metadata::find does not give) as ggml and
+  // llama.cpp look it up, or nullptr.
   static const KeyValue* entry(const GgufFile& f, std::string_view key) {
-    for (const KeyValue& e : f.metadata().entries())
-      if (e.key == key) return &e;
-    return nullptr;
+    return find_key_as_ggml(f.metadata(), key);
   }
 
   void check_alignment(const GgufFile& f) {
@@ -255,6 +254,9 @@ class Checker {
   // Returns false when the tensor's data range is unknown or outside the file.
   bool check_tensor(const GgufFile& f, const TensorInfo& t) {
     const std::string obj = tensor_object(t.name);
+    if (t.name.empty())
+      add(f, obj, t.info_offset,
+          "empty tensor name; llama.cpp's loader refuses a tensor it does not know");
     if (t.name.size() > kMaxNameBytes)
       add(f, obj, t.info_offset,
           fmt::format("name is {} bytes; ggml requires fewer than {}", t.name.size(),

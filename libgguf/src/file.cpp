@@ -12,11 +12,28 @@
 
 namespace gguf {
 
-std::string tensor_object(std::string_view name) {
-  return fmt::format("tensor '{}'", escape_for_terminal(name));
+namespace {
+
+// A name in a message: whole up to 100 bytes; longer ones (a corrupted length can make a name
+// swallow the rest of the file) cut, with their length.
+std::string quoted_name(std::string_view name) {
+  constexpr size_t kShown = 100;
+  if (name.size() <= kShown) return fmt::format("'{}'", escape_for_terminal(name));
+  return fmt::format("'{}...' ({} bytes)", escape_for_terminal(name.substr(0, kShown)),
+                     name.size());
 }
-std::string key_object(std::string_view key) {
-  return fmt::format("key '{}'", escape_for_terminal(key));
+
+}  // namespace
+
+std::string tensor_object(std::string_view name) {
+  return fmt::format("tensor {}", quoted_name(name));
+}
+std::string key_object(std::string_view key) { return fmt::format("key {}", quoted_name(key)); }
+
+const KeyValue* find_key_as_ggml(const Metadata& m, std::string_view key) {
+  for (const KeyValue& e : m.entries())
+    if (std::string_view(e.key.c_str()) == key) return &e;
+  return nullptr;
 }
 
 uint64_t TensorInfo::require_bytes(const std::string& path) const {
@@ -49,6 +66,13 @@ class Parser {
     const uint64_t a = f_.alignment_;
     // pos_ <= size_ and a <= 2^31, so this cannot overflow.
     f_.data_offset_ = (pos_ + a - 1) / a * a;
+    // ggml seeks to the data section before it reads any tensor, even empty ones.
+    if (!f_.tensors_.empty() && f_.data_offset_ > size_) {
+      object_.clear();
+      fail(pos_, fmt::format("the data section would start at byte {} (the header end padded to "
+                             "the alignment {}), past the end of the file ({} bytes)",
+                             f_.data_offset_, a, size_));
+    }
     for (auto& t : f_.tensors_) tensor_data(t);
   }
 
@@ -84,6 +108,9 @@ class Parser {
   std::string read_string(std::string_view what) {
     const uint64_t at = pos_;
     const uint64_t n = read<uint64_t>(what);
+    if (n > kMaxStringBytes)
+      fail(at,
+           fmt::format("{} length {} exceeds ggml's limit of {} bytes", what, n, kMaxStringBytes));
     if (n > left())
       fail(at, fmt::format("{} length {} runs past end of file ({} bytes left)", what, n, left()));
     const auto b = src_.bytes(pos_, n);
@@ -179,13 +206,14 @@ class Parser {
     return Value::string_array(std::move(strings));
   }
 
+  // As ggml finds it: the first key that reads "general.alignment" up to a NUL byte (a key
+  // "general.alignment\0x" counts), so that both place the tensor data alike.
   void alignment() {
-    object_ = key_object("general.alignment");
-    const Value* v = f_.metadata_.find("general.alignment");
-    if (!v) return;
-    uint64_t at = 0;
-    for (const auto& e : f_.metadata_.entries())
-      if (e.key == "general.alignment") at = e.offset;
+    const KeyValue* kv = find_key_as_ggml(f_.metadata_, "general.alignment");
+    if (!kv) return;
+    object_ = key_object(kv->key);
+    const Value* v = &kv->value;
+    const uint64_t at = kv->offset;
     if (v->type() != ValueType::kU32)
       fail(at, fmt::format("general.alignment must be u32, found {}", value_type_name(v->type())));
     const uint64_t a = *v->as_uint();
@@ -199,8 +227,9 @@ class Parser {
     t.info_offset = pos_;
     object_ = fmt::format("tensor #{}", f_.tensors_.size());
     t.name = read_string("tensor name");
-    if (t.name.empty()) fail(t.info_offset, "empty tensor name");
-    object_ = tensor_object(t.name);
+    // An empty name is accepted, as by ggml; --check reports it.
+    object_ =
+        t.name.empty() ? fmt::format("tensor #{}", f_.tensors_.size()) : tensor_object(t.name);
     const uint64_t dims_at = pos_;
     const auto n_dims = read<uint32_t>("n_dims");
     if (n_dims > kMaxDims)

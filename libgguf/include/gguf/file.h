@@ -26,6 +26,7 @@ inline constexpr uint32_t kMagic = 0x46554747;  // "GGUF" read as little-endian 
 inline constexpr uint64_t kDefaultAlignment = 32;
 inline constexpr size_t kMaxDims = 4;
 inline constexpr size_t kMaxNameBytes = 63;  // ggml/llama.cpp: names shorter than 64 bytes
+inline constexpr uint64_t kMaxStringBytes = uint64_t{1} << 30;  // ggml refuses longer strings
 
 struct TensorInfo {
   std::string name;
@@ -41,9 +42,12 @@ struct TensorInfo {
   uint64_t require_bytes(const std::string& path) const;
 };
 
-// "tensor 'name'" with the name escaped; used as the object of errors.
+// "tensor 'name'" with the name escaped (and cut after 100 bytes); the object of errors.
 std::string tensor_object(std::string_view name);
 std::string key_object(std::string_view key);
+
+// The entry ggml's gguf_find_key finds: the first whose key reads `key` up to a NUL byte.
+const KeyValue* find_key_as_ggml(const Metadata& m, std::string_view key);
 
 class GgufFile {
  public:
