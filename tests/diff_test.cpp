@@ -2,6 +2,7 @@
 // metrics against values computed here with plain loops in double.
 #include "gguf/diff.h"
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <xxhash.h>
 
@@ -527,6 +528,43 @@ TEST(diff, selectors_restrict_the_tensors) {
   EXPECT_FALSE(diff(a, b, o).identical);
   o.selector = parse_selector({"7"}, {}, {});
   EXPECT_THROW(diff(a, b, o), Error);
+}
+
+// The selection is made on the tensors of both sides; a layer with no matching tensor (layer
+// 0 here, like DeepSeek's dense first layers) is passed over, and messages name both files.
+TEST(diff, selection_errors_name_both_files) {
+  TempDir dir;
+  Fixture fa, fb;
+  fb.tensors.push_back({"blk.2.attn_q.weight", kF32, {8, 8}, f32_bytes(eighths(64, 5))});
+  const Model a = Model::open(fa.write(dir, "a.gguf"));
+  const Model b = Model::open(fb.write(dir, "b.gguf"));
+  DiffOptions o;
+  o.threads = 2;
+  o.selector = parse_selector({"0-1"}, {"routed"}, {});
+  DiffReport r = diff_models(a, b, o);
+  ASSERT_EQ(r.tensors.size(), 1u);
+  EXPECT_EQ(r.tensors[0].name, "blk.1.ffn_up_exps.weight");
+  // A layer that only B has is there to compare.
+  o.selector = parse_selector({"2"}, {}, {});
+  r = diff_models(a, b, o);
+  ASSERT_EQ(r.tensors.size(), 1u);
+  EXPECT_EQ(r.tensors[0].change, TensorChange::kOnlyB);
+  const auto message = [&](const Selector& s) {
+    o.selector = s;
+    try {
+      diff_models(a, b, o);
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), Error::Kind::kInput);
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_EQ(
+      message(parse_selector({"7-9"}, {}, {})),
+      fmt::format("layers 7-9 do not exist in '{}' or '{}' (layers 0-2)", a.path(), b.path()));
+  EXPECT_EQ(
+      message(parse_selector({}, {}, {"nothing"})),
+      fmt::format("no tensor in '{}' or '{}' is selected by match 'nothing'", a.path(), b.path()));
 }
 
 TEST(diff, stop_early_skips_the_rest) {

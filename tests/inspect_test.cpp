@@ -1,9 +1,11 @@
 // gguf-inspect: the report (library) and the binary (golden CLI tests).
 #include "gguf/inspect.h"
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <xxhash.h>
 
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -171,6 +173,77 @@ TEST(inspect, cli_damaged_file_prints_what_it_read_then_fails) {
   EXPECT_NE(res.out.find("token_embd.weight"), std::string::npos);
   EXPECT_NE(res.err.find("tensor 'output.weight': at byte "), std::string::npos) << res.err;
   EXPECT_NE(res.err.find("data runs past end of file"), std::string::npos) << res.err;
+}
+
+// Nothing of the file could be read: no made-up summary (version 0, alignment 32, empty
+// tables) before the error, and in JSON no version, alignment or bits per weight.
+TEST(inspect, cli_unreadable_header_prints_only_the_error) {
+  TempDir dir;
+  const auto header = [](uint32_t magic, uint32_t version) {
+    std::string h(24, '\0');
+    std::memcpy(h.data(), &magic, 4);
+    std::memcpy(h.data() + 4, &version, 4);
+    return h;
+  };
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"", "at byte 0: file too small for a GGUF header (needs 24 bytes, has 0)"},
+      {"GGUF", "at byte 0: file too small for a GGUF header (needs 24 bytes, has 4)"},
+      {header(0x544A4747, 3), "at byte 0: not a GGUF file (magic 'GGJT', expected 'GGUF')"},
+      {header(0x46554747, 4), "at byte 4: unsupported GGUF version 4 (only versions 2 and 3)"},
+  };
+  for (const auto& [bytes, message] : cases) {
+    SCOPED_TRACE(message);
+    const std::string path = dir.file("bad.gguf");
+    std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes;
+    for (const std::vector<std::string>& args :
+         {std::vector<std::string>{path}, {"-m", "-t", path}}) {
+      const auto res = run_cli("gguf-inspect", args);
+      EXPECT_EQ(res.code, 1);
+      EXPECT_EQ(res.out, "");
+      EXPECT_EQ(res.err, fmt::format("gguf-inspect: error: {}: {}\n", path, message));
+    }
+    const auto res = run_cli("gguf-inspect", {"--json", path});
+    EXPECT_EQ(res.code, 1);
+    EXPECT_EQ(res.err, fmt::format("gguf-inspect: error: {}: {}\n", path, message));
+    const auto j = nlohmann::json::parse(res.out);
+    EXPECT_EQ(j["files"], nlohmann::json::array({path}));
+    EXPECT_TRUE(j["version"].is_null());
+    EXPECT_TRUE(j["alignment"].is_null());
+    EXPECT_TRUE(j["summary"]["bits_per_weight"].is_null());
+    EXPECT_EQ(j["tensors"].size(), 0u);
+    EXPECT_EQ(j["error"], fmt::format("{}: {}", path, message));
+  }
+  // A header that was read is still shown with what followed it.
+  const std::string path = write_model(dir, "m.gguf", small_spec());
+  std::filesystem::resize_file(path, std::filesystem::file_size(path) - 100);
+  const auto res = run_cli("gguf-inspect", {"--json", path});
+  EXPECT_EQ(res.code, 1);
+  const auto j = nlohmann::json::parse(res.out);
+  EXPECT_EQ(j["version"], 3);
+  EXPECT_EQ(j["alignment"], 32);
+  EXPECT_TRUE(j["summary"]["bits_per_weight"].is_number());
+}
+
+// DeepSeek's first layers are dense: a range over them lists the routed experts there are.
+TEST(inspect, cli_layer_range_may_include_layers_without_a_match) {
+  TempDir dir;
+  const std::string path = write_model(dir, "m.gguf", small_spec());
+  auto res = run_cli("gguf-inspect", {"--json", "--layers", "0-2", "--role", "routed", path});
+  ASSERT_EQ(res.code, 0) << res.err;
+  const auto j = nlohmann::json::parse(res.out);
+  ASSERT_EQ(j["tensors"].size(), 6u);
+  for (const auto& t : j["tensors"]) EXPECT_NE(t["layer"], 0) << t["name"];
+  res = run_cli("gguf-inspect", {"--layers", "0", "--role", "routed", path});
+  EXPECT_EQ(res.code, 1);
+  EXPECT_EQ(res.out, "");
+  EXPECT_EQ(res.err, fmt::format("gguf-inspect: error: no tensor in '{}' is selected by layer 0, "
+                                 "role routed-gate|routed-up|routed-down\n",
+                                 path));
+  res = run_cli("gguf-inspect", {"--match", "nothing", path});
+  EXPECT_EQ(res.code, 1);
+  EXPECT_EQ(
+      res.err,
+      fmt::format("gguf-inspect: error: no tensor in '{}' is selected by match 'nothing'\n", path));
 }
 
 TEST(inspect, cli_missing_layer_is_an_error) {

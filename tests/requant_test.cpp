@@ -110,12 +110,71 @@ TEST(requant, integer_tensors_are_never_encoded) {
     t.bytes = *row_bytes(it, 256) * 2;
     t.source = MemoryBytes{std::make_shared<const std::vector<uint8_t>>(t.bytes, uint8_t{7})};
     plan.tensors.push_back(t);
+    // A weight beside it, so that there is something to re-encode.
+    t.name = "blk.0.attn_k.weight";
+    t.type_id = static_cast<uint32_t>(GgmlType::F32);
+    t.bytes = 256 * 2 * 4;
+    t.source = MemoryBytes{std::make_shared<const std::vector<uint8_t>>(t.bytes, uint8_t{0})};
+    plan.tensors.push_back(t);
     const std::string path = dir.file(fmt::format("i{}.gguf", static_cast<int>(it)));
     write_plan(plan, path, {});
     const auto r = requant(Model::open(path), {GgmlType::Q4_K, {}, nullptr, 1});
-    ASSERT_EQ(r.rows.size(), 1u);
+    ASSERT_EQ(r.rows.size(), 2u);
     EXPECT_EQ(r.rows[0].action, "copy") << traits(it).name;
     EXPECT_EQ(r.plan.tensors[0].type_id, static_cast<uint32_t>(it));
+    EXPECT_EQ(r.rows[1].action, "encode");
+  }
+}
+
+// A run that would write a copy of its input is an error saying why, dry run or not.
+TEST(requant, nothing_to_re_encode_is_an_error) {
+  TempDir dir;
+  const std::string in = write_f16_model(dir);
+  const Model m = Model::open(in);
+  const auto message = [&](GgmlType type, const std::vector<std::string>& roles) {
+    try {
+      requant(m, {type, parse_selector({}, roles, {}), nullptr, 1});
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_EQ(message(GgmlType::Q8_0, {"norm"}),
+            in + ": nothing to re-encode: the 13 selected tensors are never re-encoded (1-D "
+                 "tensors, norms, the router and integer tensors are always copied)");
+  EXPECT_EQ(message(GgmlType::F16, {}),
+            in + ": nothing to re-encode: the 35 selected tensors that can be re-encoded are "
+                 "already f16");
+  const auto r = run_cli("gguf-requant", {in, "-o", dir.file("o.gguf"), "--type", "q8_0", "--role",
+                                          "router", "--dry-run"});
+  EXPECT_EQ(r.code, 1);
+  EXPECT_EQ(r.err, "gguf-requant: error: " + in +
+                       ": nothing to re-encode: the 4 selected tensors are never re-encoded (1-D "
+                       "tensors, norms, the router and integer tensors are always copied)\n");
+  EXPECT_FALSE(std::filesystem::exists(dir.file("o.gguf")));
+}
+
+// Decoding to f32 is exact, so it is not reported as lossy; every other re-encode of a
+// quantized tensor is.
+TEST(requant, only_decoding_to_f32_is_lossless) {
+  TempDir dir;
+  const std::string in = write_f16_model(dir);
+  write_plan(requant(Model::open(in), {GgmlType::Q8_0, {}, nullptr, 1}).plan, dir.file("q.gguf"),
+             {});
+  const Model q = Model::open(dir.file("q.gguf"));
+  for (GgmlType type : {GgmlType::F32, GgmlType::F16, GgmlType::Q4_K}) {
+    const auto r = requant(q, {type, {}, nullptr, 1});
+    SCOPED_TRACE(traits(type).name);
+    size_t lossy = 0, encoded = 0;
+    for (const auto& row : r.rows) {
+      lossy += row.lossy_reencode;
+      encoded += row.action != "copy";
+    }
+    EXPECT_EQ(encoded, 35u);
+    EXPECT_EQ(lossy, type == GgmlType::F32 ? 0u : encoded);
+    EXPECT_EQ(std::count(r.notes.begin(), r.notes.end(),
+                         "some tensors were already quantized: re-encoding them adds error"),
+              type == GgmlType::F32 ? 0 : 1);
   }
 }
 
@@ -143,6 +202,56 @@ TEST(requant, selectors_restrict_what_is_encoded) {
       EXPECT_EQ(row.name, "blk.2.ffn_down_exps.weight");
     }
   EXPECT_EQ(encoded, 1u);
+}
+
+// Layer 0 is dense (as in DeepSeek): --layers 0-2 --role routed re-encodes the routed experts
+// of layers 1-2 rather than failing on layer 0.
+TEST(requant, layer_range_may_include_layers_without_a_match) {
+  TempDir dir;
+  const Model in = Model::open(write_f16_model(dir));
+  RequantOptions o{GgmlType::Q8_0, parse_selector({"0-2"}, {"routed"}, {}), nullptr, 1};
+  const auto r = requant(in, o);
+  std::vector<std::string> encoded;
+  for (const auto& row : r.rows)
+    if (row.action != "copy") encoded.push_back(row.name);
+  EXPECT_EQ(encoded,
+            (std::vector<std::string>{"blk.1.ffn_gate_exps.weight", "blk.1.ffn_up_exps.weight",
+                                      "blk.1.ffn_down_exps.weight", "blk.2.ffn_gate_exps.weight",
+                                      "blk.2.ffn_up_exps.weight", "blk.2.ffn_down_exps.weight"}));
+  // A layer the model does not have is still an error.
+  o.selector = parse_selector({"0-5"}, {"routed"}, {});
+  try {
+    requant(in, o);
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.message(), fmt::format("layers 3-5 do not exist in '{}' (layers 0-2)", in.path()));
+  }
+}
+
+// The write would fail to create its temp file there: the dry run says so too (exit 1, an I/O
+// problem, not a usage error).
+TEST(requant, dry_run_refuses_an_output_directory_that_cannot_take_it) {
+  TempDir dir;
+  const std::string in = write_f16_model(dir);
+  const std::string file = dir.file("plain");
+  std::ofstream(file) << "x";
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {dir.file("nodir/o.gguf"), "'" + dir.file("nodir") + "': no such file or directory"},
+      {file + "/o.gguf", "'" + file + "': not a directory"},
+  };
+  for (const auto& [out, reason] : cases) {
+    for (const bool dry : {true, false}) {
+      std::vector<std::string> args = {in, "-o", out, "--type", "q8_0"};
+      if (dry) args.push_back("--dry-run");
+      const auto res = run_cli("gguf-requant", args);
+      EXPECT_EQ(res.code, 1) << dry;
+      EXPECT_EQ(res.out, "");
+      EXPECT_EQ(res.err, fmt::format("gguf-requant: error: {}: cannot create the output in "
+                                     "directory {}\n",
+                                     out, reason));
+    }
+  }
+  EXPECT_EQ(dir.entries(), (std::vector<std::string>{"in.gguf", "plain"}));
 }
 
 TEST(requant, row_length_not_fitting_the_block_is_an_error_naming_the_tensor) {
@@ -361,6 +470,7 @@ TEST(requant, cli_reports_json_and_usage_errors) {
   auto res = run_cli("gguf-requant", {in, "-o", dir.file("o.gguf"), "--type", "Q8_0", "--json"});
   ASSERT_EQ(res.code, 0) << res.err;
   const auto j = nlohmann::json::parse(res.out);
+  EXPECT_TRUE(j["tensors"][0]["importance"].is_null());  // q8_0 takes no importance
   EXPECT_EQ(j["output"], dir.file("o.gguf"));
   EXPECT_TRUE(j["verified"].get<bool>());
   for (const char* k :

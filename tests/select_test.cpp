@@ -273,23 +273,68 @@ TEST(select, missing_layers_are_errors) {
       "layer 0 does not exist in 'f.gguf' (it has no per-layer tensors)");
 }
 
-TEST(select, requested_layer_without_matching_tensor_is_an_error) {
+// DeepSeek's first layers are dense: --layers 0-2 --role routed means the routed experts
+// that layers 0-2 have, as gguf-inspect, gguf-diff and gguf-requant use it.
+TEST(select, requested_layer_without_matching_tensor_is_skipped_by_default) {
   const std::vector<std::string> names = deepseek2_names();
+  auto sel = [&](std::vector<std::string> layers, std::vector<std::string> roles,
+                 std::vector<std::string> patterns = {}) {
+    return select_tensors(parse_selector(layers, roles, patterns), names, "deepseek2", "v3.gguf");
+  };
+  EXPECT_EQ(sel({"0-2"}, {"routed"}), (std::vector<size_t>{12, 13, 14, 19, 20, 21}));
+  EXPECT_EQ(sel({"0-3"}, {"dense-ffn"}), (std::vector<size_t>{6, 7, 8}));
+  EXPECT_EQ(sel({"1-2"}, {}, {"blk\\.1\\..*"}), (std::vector<size_t>{9, 10, 11, 12, 13, 14, 15}));
+  // Still errors: a layer the model does not have, and a selection that matches nothing.
+  EXPECT_EQ(input_message([&] { sel({"0-5"}, {"routed"}); }),
+            "layers 4-5 do not exist in 'v3.gguf' (layers 0-3)");
+  EXPECT_EQ(input_message([&] { sel({"0"}, {"routed"}); }),
+            "no tensor in 'v3.gguf' is selected by layer 0, role "
+            "routed-gate|routed-up|routed-down");
+}
+
+// gguf-splice copies layer-wise: there a requested layer without the tensors is a mistake.
+TEST(select, every_layer_must_match_refuses_a_layer_without_matching_tensor) {
+  const std::vector<std::string> names = deepseek2_names();
+  const SelectOptions strict{.files = {"v3.gguf"}, .every_layer_must_match = true};
   auto err = [&](std::vector<std::string> layers, std::vector<std::string> roles,
                  std::vector<std::string> patterns = {}) {
     return input_message([&] {
-      select_tensors(parse_selector(layers, roles, patterns), names, "deepseek2", "v3.gguf");
+      select_tensors(parse_selector(layers, roles, patterns), names, {}, "deepseek2", strict);
     });
   };
-  EXPECT_EQ(err({"0-2"}, {"routed"}),
-            "layer 0 in 'v3.gguf' has no tensor matching role routed-gate|routed-up|routed-down");
-  EXPECT_EQ(err({"0-3"}, {"dense-ffn"}),
-            "layers 1-3 in 'v3.gguf' have no tensor matching role dense-ffn");
-  EXPECT_EQ(err({"1-2"}, {}, {"blk\\.1\\..*"}),
-            "layer 2 in 'v3.gguf' has no tensor matching match 'blk\\.1\\..*'");
   EXPECT_EQ(
-      select_tensors(parse_selector({"1-3"}, {"routed"}, {}), names, "deepseek2", "v3.gguf").size(),
-      9u);
+      err({"0-2"}, {"routed"}),
+      "layer 0 in 'v3.gguf' has no tensor selected by role routed-gate|routed-up|routed-down");
+  EXPECT_EQ(err({"0-3"}, {"dense-ffn"}),
+            "layers 1-3 in 'v3.gguf' have no tensor selected by role dense-ffn");
+  EXPECT_EQ(err({"1-2"}, {}, {"blk\\.1\\..*"}),
+            "layer 2 in 'v3.gguf' has no tensor selected by match 'blk\\.1\\..*'");
+  EXPECT_EQ(err({"0-5"}, {"routed"}), "layers 4-5 do not exist in 'v3.gguf' (layers 0-3)");
+  EXPECT_EQ(select_tensors(parse_selector({"1-3"}, {"routed"}, {}), names, {}, "deepseek2", strict)
+                .size(),
+            9u);
+}
+
+// gguf-diff selects from the union of two files' tensors and names both.
+TEST(select, messages_name_every_file_the_names_come_from) {
+  const std::vector<std::string> names = {"token_embd.weight", "blk.0.attn_q.weight",
+                                          "blk.1.attn_q.weight"};
+  auto err = [&](const Selector& s, std::vector<std::string> files) {
+    return input_message(
+        [&] { select_tensors(s, names, {}, "llama", SelectOptions{.files = files}); });
+  };
+  const Selector layer9 = parse_selector({"9"}, {}, {});
+  EXPECT_EQ(err(layer9, {"a.gguf", "b.gguf"}),
+            "layer 9 does not exist in 'a.gguf' or 'b.gguf' (layers 0-1)");
+  EXPECT_EQ(err(parse_selector({}, {"shared"}, {}), {"a.gguf", "b.gguf"}),
+            "no tensor in 'a.gguf' or 'b.gguf' is selected by role shared");
+  // A file compared with itself is named once.
+  EXPECT_EQ(err(layer9, {"a.gguf", "a.gguf"}), "layer 9 does not exist in 'a.gguf' (layers 0-1)");
+  const std::vector<std::string> flat = {"token_embd.weight"};
+  EXPECT_EQ(input_message([&] {
+              select_tensors(layer9, flat, {}, "", SelectOptions{.files = {"a.gguf", "b.gguf"}});
+            }),
+            "layer 9 does not exist in 'a.gguf' or 'b.gguf' (they have no per-layer tensors)");
 }
 
 TEST(select, empty_selection_is_an_error) {
@@ -298,17 +343,17 @@ TEST(select, empty_selection_is_an_error) {
   EXPECT_EQ(input_message([&] {
               select_tensors(parse_selector({}, {"shared"}, {}), llama, "llama", "llama.gguf");
             }),
-            "no tensor in 'llama.gguf' matches role shared");
+            "no tensor in 'llama.gguf' is selected by role shared");
   EXPECT_EQ(input_message([&] {
               select_tensors(parse_selector({}, {}, {"blk\\.9\\..*"}), llama, "llama", "l.gguf");
             }),
-            "no tensor in 'l.gguf' matches match 'blk\\.9\\..*'");
+            "no tensor in 'l.gguf' is selected by match 'blk\\.9\\..*'");
   EXPECT_EQ(input_message([&] { select_tensors(Selector{}, {}, "", "empty.gguf"); }),
             "'empty.gguf' has no tensors to select from");
   EXPECT_EQ(input_message([&] {
               select_tensors(parse_selector({}, {"norm"}, {}), llama, "", "a\x1b[2J.gguf");
             }),
-            "no tensor in 'a\\x1b[2J.gguf' matches role norm");
+            "no tensor in 'a\\x1b[2J.gguf' is selected by role norm");
 }
 
 TEST(select, regex_on_hostile_names_is_bounded) {

@@ -192,6 +192,45 @@ TEST(splice_cli, refusals_and_their_exit_codes) {
                                bad, start, bytes, bytes - 1));
 }
 
+// The write would fail to create its temp file there: the dry run says so too (exit 1, an I/O
+// problem, not a usage error).
+TEST(splice_cli, dry_run_refuses_an_output_directory_that_cannot_take_it) {
+  REQUIRE_TOOL();
+  Scratch dir;
+  const std::string file = dir.file("plain");
+  std::ofstream(file) << "x";
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {dir.file("nodir/out.gguf"), "'" + dir.file("nodir") + "': no such file or directory"},
+      {file + "/out.gguf", "'" + file + "': not a directory"},
+  };
+  for (const auto& [out, reason] : cases) {
+    for (const bool dry : {true, false}) {
+      std::vector<std::string> args = {fx().base, "--donor", fx().donor, "--layers",
+                                       "3",       "-o",      out};
+      if (dry) args.push_back("--dry-run");
+      const auto r = splice_cli(args);
+      EXPECT_EQ(r.code, 1) << dry;
+      EXPECT_EQ(r.out, "");
+      EXPECT_EQ(r.err, fmt::format("gguf-splice: error: {}: cannot create the output in "
+                                   "directory {}\n",
+                                   out, reason));
+    }
+  }
+  // Not testable as root, for whom every directory is writable.
+  if (::geteuid() != 0) {
+    const std::string ro = dir.file("ro");
+    fs::create_directory(ro);
+    fs::permissions(ro, fs::perms::owner_read | fs::perms::owner_exec);
+    const auto r = splice_cli(
+        {fx().base, "--donor", fx().donor, "--layers", "3", "-o", ro + "/out.gguf", "--dry-run"});
+    fs::permissions(ro, fs::perms::owner_all);
+    EXPECT_EQ(r.code, 1);
+    EXPECT_EQ(r.err, fmt::format("gguf-splice: error: {0}/out.gguf: cannot create the output in "
+                                 "directory '{0}': permission denied\n",
+                                 ro));
+  }
+}
+
 // Sizes as llama-gguf-split reads them: K/M/G/T (and KB...) decimal, KiB... binary.
 TEST(splice_cli, split_sizes_are_decimal_as_in_llama_gguf_split) {
   EXPECT_EQ(cli::parse_size("123", "s"), 123u);

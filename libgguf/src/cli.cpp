@@ -29,7 +29,7 @@ char g_bus_message[256];
 size_t g_bus_length = 0;
 int g_bus_exit = 1;
 
-// SIGINT, SIGTERM, SIGHUP: remove the writer's named temp files (an unnamed one goes with
+// SIGINT, SIGTERM, SIGHUP, SIGQUIT: remove the writer's named temp files (an unnamed one goes with
 // the process), then die of the signal as if it had not been caught.
 extern "C" void on_termination_signal(int sig) {
   if (detail::defer_termination_signal(sig)) return;  // a split set is being put in place
@@ -61,7 +61,7 @@ void install_signal_handlers(std::string_view tool, int failure_code) {
   sigemptyset(&sa.sa_mask);
   sa.sa_handler = on_termination_signal;
   sa.sa_flags = SA_RESTART;  // the handler returns when it defers the signal
-  for (int sig : {SIGINT, SIGTERM, SIGHUP}) {
+  for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT}) {
     struct sigaction old {};
     // A signal the caller ignores (nohup, a background job) stays ignored.
     if (::sigaction(sig, nullptr, &old) == 0 && old.sa_handler == SIG_IGN) continue;

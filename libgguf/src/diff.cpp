@@ -392,8 +392,9 @@ DiffReport diff_sides(const Side& a, const Side& b, bool json_forms, const DiffO
   if (o.selector.empty()) {
     for (size_t i = 0; i < rows.size(); ++i) chosen.push_back(i);
   } else if (!rows.empty()) {
+    // The names are the union of both sides: a layer is missing only when neither has it.
     chosen =
-        select_tensors(o.selector, names, dims, arch, fmt::format("{} and {}", a.origin, b.origin));
+        select_tensors(o.selector, names, dims, arch, SelectOptions{.files = {a.origin, b.origin}});
   }
 
   std::vector<HashPair> pairs;

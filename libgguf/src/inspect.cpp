@@ -66,8 +66,12 @@ InspectTensor row(const GgufFile& f, size_t file_index, const TensorInfo& t,
 }
 
 void header_fields(InspectReport& r, const GgufFile& f) {
-  r.version = f.version();
-  r.alignment = f.alignment();
+  // The parser sets the version only once it has accepted the magic and the version; before
+  // that the alignment is only the default, not something the file says.
+  if (f.version() != 0) {
+    r.version = f.version();
+    r.alignment = f.alignment();
+  }
   r.metadata = &f.metadata();
   r.architecture = f.metadata().get_string("general.architecture").value_or("");
 }

@@ -44,13 +44,15 @@ void group_table(std::string& out, const char* title, const char* key_header,
 }  // namespace
 
 std::string render_text(const InspectReport& r, const RenderOptions& o) {
+  // A file whose header could not be read: a summary would be made of defaults and zeros.
+  if (!r.version) return {};
   std::string out;
   if (o.summary) {
     for (size_t i = 0; i < r.files.size(); ++i)
       out += fmt::format("file:          {} ({})\n", escape_for_terminal(r.files[i]),
                          cli::human_bytes(r.file_sizes[i]));
-    out += fmt::format("version:       {}\n", r.version);
-    out += fmt::format("alignment:     {}\n", r.alignment);
+    out += fmt::format("version:       {}\n", *r.version);
+    out += fmt::format("alignment:     {}\n", r.alignment.value_or(0));
     out += fmt::format("architecture:  {}\n",
                        r.architecture.empty() ? "-" : escape_for_terminal(r.architecture));
     out += fmt::format("metadata keys: {}\n", r.metadata ? r.metadata->size() : 0);
@@ -113,8 +115,8 @@ std::string render_json(const InspectReport& r) {
   json doc;
   doc["files"] = json::array();
   for (const auto& f : r.files) doc["files"].push_back(utf8_or_escaped(f));
-  doc["version"] = r.version;
-  doc["alignment"] = r.alignment;
+  doc["version"] = r.version ? json(*r.version) : json(nullptr);
+  doc["alignment"] = r.alignment ? json(*r.alignment) : json(nullptr);
   doc["architecture"] =
       r.architecture.empty() ? json(nullptr) : json(utf8_or_escaped(r.architecture));
   doc["metadata"] = json::array();
@@ -144,17 +146,18 @@ std::string render_json(const InspectReport& r) {
                    {"bytes", g.bytes}});
     return a;
   };
-  doc["summary"] = {
-      {"tensors", r.tensors.size()},
-      {"params", r.params},
-      {"tensor_bytes", r.tensor_bytes},
-      {"file_bytes", r.file_bytes},
-      {"unsized_tensors", r.unsized},
-      {"bits_per_weight",
-       r.params ? static_cast<double>(r.tensor_bytes) * 8.0 / static_cast<double>(r.params) : 0.0},
-      {"by_type", groups(r.by_type)},
-      {"by_role", groups(r.by_role)},
-      {"by_layer", groups(r.by_layer)}};
+  doc["summary"] = {{"tensors", r.tensors.size()},
+                    {"params", r.params},
+                    {"tensor_bytes", r.tensor_bytes},
+                    {"file_bytes", r.file_bytes},
+                    {"unsized_tensors", r.unsized},
+                    // No parameters, no bits per weight (the text form prints "-").
+                    {"bits_per_weight", r.params ? json(static_cast<double>(r.tensor_bytes) * 8.0 /
+                                                        static_cast<double>(r.params))
+                                                 : json(nullptr)},
+                    {"by_type", groups(r.by_type)},
+                    {"by_role", groups(r.by_role)},
+                    {"by_layer", groups(r.by_layer)}};
   if (!r.problems.empty() || r.damage) {
     json p = json::array();
     for (const auto& x : r.problems)

@@ -148,7 +148,9 @@ OutputFile::~OutputFile() {
 }
 
 void OutputFile::fail(const std::string& what, int err) const {
-  throw Error(final_, object_, pos_, fmt::format("{}: {}", what, errno_text(err)));
+  // Once everything is written, failures (fsync, close, rename) concern the whole file.
+  throw Error(final_, object_, written_ ? std::nullopt : std::optional<uint64_t>(pos_),
+              fmt::format("{}: {}", what, errno_text(err)));
 }
 
 void OutputFile::write(std::span<const uint8_t> bytes) {
@@ -244,7 +246,12 @@ void OutputFile::keep_replaced_file() {
         backup_moved_ = ::rename(final_.c_str(), name) == 0;
         return backup_moved_ ? 0 : -1;
       },
-      [&](int err) { fail("cannot keep the file to be replaced", err); });
+      [&](int err) {
+        fail(
+            "cannot keep a second name for the file being replaced (to put it back if the set "
+            "cannot be completed)",
+            err);
+      });
 }
 
 void OutputFile::drop_replaced_file() noexcept {
@@ -254,6 +261,7 @@ void OutputFile::drop_replaced_file() noexcept {
 
 void OutputFile::finish() {
   object_.clear();
+  written_ = true;
   if (::fsync(fd_) != 0) fail("fsync failed", errno);
 }
 
@@ -266,6 +274,7 @@ void OutputFile::close_checked() {
 
 void OutputFile::commit(bool replace, bool keep_replaced) {
   object_.clear();
+  written_ = true;
   if (temp_.empty()) name_temp();
   if (fd_ >= 0) close_checked();
   // Without --force, a file created at the output path since it was checked must survive.

@@ -94,6 +94,7 @@ RequantResult requant(const Model& model, const RequantOptions& o) {
   for (const auto& kv : model.metadata().entries())
     if (!kv.key.starts_with("split.")) r.plan.metadata.append(kv);
   bool energy_note = false, lossy_note = false;
+  size_t n_selected = 0, n_quantizable = 0, n_encoded = 0;
   for (size_t i = 0; i < model.tensors().size(); ++i) {
     const TensorRef& t = model.tensors()[i];
     const TensorInfo& info = *t.info;
@@ -104,7 +105,11 @@ RequantResult requant(const Model& model, const RequantOptions& o) {
     row.bytes_before = row.bytes_after = info.require_bytes(t.file->path());
     PlanTensor pt{info.name, info.type_id, info.shape, row.bytes_before,
                   FileRange{t.file->source_ptr(), t.data_start()}};
-    const bool encode = selected[i] && is_quantizable(info, arch) && info.type_id != target.id;
+    const bool quantizable = selected[i] && is_quantizable(info, arch);
+    const bool encode = quantizable && info.type_id != target.id;
+    n_selected += selected[i];
+    n_quantizable += quantizable;
+    n_encoded += encode;
     if (!encode) {
       row.action = "copy";
     } else {
@@ -157,7 +162,8 @@ RequantResult requant(const Model& model, const RequantOptions& o) {
       row.action = (o.type == GgmlType::F32 || o.type == GgmlType::F16 || o.type == GgmlType::BF16)
                        ? "decode"
                        : "encode";
-      row.lossy_reencode = traits(src_type).quantized;
+      // Decoding to f32 is exact; any other target rounds what was already rounded.
+      row.lossy_reencode = traits(src_type).quantized && o.type != GgmlType::F32;
       lossy_note |= row.lossy_reencode;
       pt.type_id = target.id;
       pt.bytes = row.bytes_after;
@@ -165,6 +171,22 @@ RequantResult requant(const Model& model, const RequantOptions& o) {
     }
     r.plan.tensors.push_back(std::move(pt));
     r.rows.push_back(std::move(row));
+  }
+  // Writing a copy of the input is never what was asked for (e.g. --role norm, or a file
+  // already at the type): say so instead.
+  if (n_encoded == 0) {
+    const auto the = [](size_t n) {
+      return n == 1 ? std::string("the selected tensor")
+                    : fmt::format("the {} selected tensors", n);
+    };
+    throw Error(
+        model.path(), {}, std::nullopt,
+        n_quantizable == 0
+            ? fmt::format("nothing to re-encode: {} {} never re-encoded (1-D tensors, "
+                          "norms, the router and integer tensors are always copied)",
+                          the(n_selected), n_selected == 1 ? "is" : "are")
+            : fmt::format("nothing to re-encode: {} that can be re-encoded {} already {}",
+                          the(n_quantizable), n_quantizable == 1 ? "is" : "are", target.name));
   }
   if (energy_note)
     r.notes.push_back(

@@ -42,9 +42,10 @@ std::string render_requant_text(const RequantResult& r, const WriteResult* writt
            cli::human_bytes(row.bytes_before), cli::human_bytes(row.bytes_after),
            std::string(importance_name(row.importance)), row.lossy_reencode ? "re-encoded" : ""});
   }
-  std::string out = t.empty() ? std::string("no tensor to re-encode\n") : t.render();
-  out += fmt::format("\n{} tensors re-encoded, {} copied byte for byte\n", r.rows.size() - copied,
-                     copied);
+  std::string out = t.render();
+  const size_t encoded = r.rows.size() - copied;
+  out += fmt::format("\n{} tensor{} re-encoded, {} copied byte for byte\n", encoded,
+                     encoded == 1 ? "" : "s", copied);
   out += fmt::format("size: {} -> {}\n", cli::human_bytes(r.bytes_before),
                      cli::human_bytes(after_bytes(r, written)));
   if (written) {
@@ -67,7 +68,9 @@ std::string render_requant_json(const RequantResult& r, const WriteResult* writt
                               {"bytes_after", row.bytes_after},
                               {"action", row.action},
                               {"lossy", row.lossy_reencode},
-                              {"importance", std::string(importance_name(row.importance))}});
+                              {"importance", row.importance == ImportanceSource::kNone
+                                                 ? json(nullptr)
+                                                 : json(importance_name(row.importance))}});
   doc["bytes_before"] = r.bytes_before;
   doc["bytes_after"] = after_bytes(r, written);
   doc["output"] = written ? json(utf8_or_escaped(written->paths.front())) : json(nullptr);

@@ -316,18 +316,33 @@ Selector parse_selector(const std::vector<std::string>& layer_specs,
 
 std::vector<size_t> select_tensors(const Selector& s, const std::vector<std::string>& names,
                                    std::string_view arch, std::string_view what) {
-  return select_tensors(s, names, {}, arch, what);
+  return select_tensors(s, names, {}, arch, SelectOptions{.files = {std::string(what)}});
 }
 
 std::vector<size_t> select_tensors(const Selector& s, const std::vector<std::string>& names,
                                    std::span<const int> n_dims, std::string_view arch,
                                    std::string_view what) {
+  return select_tensors(s, names, n_dims, arch, SelectOptions{.files = {std::string(what)}});
+}
+
+std::vector<size_t> select_tensors(const Selector& s, const std::vector<std::string>& names,
+                                   std::span<const int> n_dims, std::string_view arch,
+                                   const SelectOptions& options) {
   if (!n_dims.empty() && n_dims.size() != names.size()) {
     throw Error(fmt::format("select_tensors: {} dimension counts for {} names", n_dims.size(),
                             names.size()));
   }
-  const std::string file = escape_for_terminal(what);
-  if (names.empty()) throw Error(fmt::format("'{}' has no tensors to select from", file));
+  // "'a.gguf'", or "'a.gguf' or 'b.gguf'" for the union of two files' tensors.
+  std::vector<std::string> quoted;
+  for (const std::string& f : options.files) {
+    std::string q = fmt::format("'{}'", escape_for_terminal(f));
+    if (std::find(quoted.begin(), quoted.end(), q) == quoted.end()) quoted.push_back(std::move(q));
+  }
+  const bool several = quoted.size() > 1;
+  const std::string file = fmt::format("{}", fmt::join(quoted, " or "));
+  if (names.empty()) {
+    throw Error(fmt::format("{} {} no tensors to select from", file, several ? "have" : "has"));
+  }
 
   Selector sel = s;
   if (sel.compiled.size() != sel.patterns.size()) sel.compile();
@@ -336,11 +351,11 @@ std::vector<size_t> select_tensors(const Selector& s, const std::vector<std::str
   std::vector<int> present;
   for (size_t i = 0; i < names.size(); ++i) {
     if (!sel.patterns.empty() && names[i].size() > kMaxMatchedNameBytes) {
-      throw Error(fmt::format(
-          "tensor '{}...' in '{}': name of {} bytes is too long to match against --match "
-          "(limit {} bytes)",
-          escape_for_terminal(std::string_view(names[i]).substr(0, 64)), file, names[i].size(),
-          kMaxMatchedNameBytes));
+      throw Error(
+          fmt::format("tensor '{}...' in {}: name of {} bytes is too long to match against --match "
+                      "(limit {} bytes)",
+                      escape_for_terminal(std::string_view(names[i]).substr(0, 64)), file,
+                      names[i].size(), kMaxMatchedNameBytes));
     }
     tns.push_back(classify_tensor(names[i], arch, n_dims.empty() ? 0 : n_dims[i]));
     if (tns.back().layer) present.push_back(*tns.back().layer);
@@ -353,10 +368,10 @@ std::vector<size_t> select_tensors(const Selector& s, const std::vector<std::str
     if (!missing.empty()) {
       const std::string have =
           present.empty()
-              ? std::string("it has no per-layer tensors")
+              ? fmt::format("{} no per-layer tensors", several ? "they have" : "it has")
               : fmt::format("layers {}", format_ranges(to_ranges(present), kMaxListedRanges));
       throw Error(fmt::format(
-          "{} in '{}' ({})", layers_phrase(missing, "does not exist", "do not exist"), file, have));
+          "{} in {} ({})", layers_phrase(missing, "does not exist", "do not exist"), file, have));
     }
   }
 
@@ -368,19 +383,22 @@ std::vector<size_t> select_tensors(const Selector& s, const std::vector<std::str
     if (tns[i].layer) matched_layers.push_back(*tns[i].layer);
   }
 
-  if (!sel.layers.empty() && (!sel.roles.empty() || !sel.patterns.empty())) {
+  // describe() words each part by its option ("match 'x'"), hence "selected by" rather than
+  // "matches" in the messages.
+  if (options.every_layer_must_match && !sel.layers.empty() &&
+      (!sel.roles.empty() || !sel.patterns.empty())) {
     std::sort(matched_layers.begin(), matched_layers.end());
     matched_layers.erase(std::unique(matched_layers.begin(), matched_layers.end()),
                          matched_layers.end());
     const Ranges empty_layers = missing_from(sel.layers, matched_layers);
     if (!empty_layers.empty()) {
-      throw Error(fmt::format("{} '{}' {} no tensor matching {}",
+      throw Error(fmt::format("{} {} {} no tensor selected by {}",
                               layers_phrase(empty_layers, "in", "in"), file,
                               is_single(empty_layers) ? "has" : "have", describe_criteria(sel)));
     }
   }
   if (out.empty()) {
-    throw Error(fmt::format("no tensor in '{}' matches {}", file, sel.describe()));
+    throw Error(fmt::format("no tensor in {} is selected by {}", file, sel.describe()));
   }
   return out;
 }

@@ -95,7 +95,9 @@ std::vector<std::optional<Claim>> resolve_claims(const Model& base, std::span<co
   std::vector<std::optional<Claim>> claims(names.size());
   for (size_t d = 0; d < donors.size(); ++d) {
     const Model& donor = *donors[d].model;
-    for (size_t i : select_tensors(donors[d].selector, names, n_dims, arch, base.path())) {
+    // Layer-wise copying: a requested layer without the requested tensors is a mistake.
+    const SelectOptions strict{.files = {base.path()}, .every_layer_must_match = true};
+    for (size_t i : select_tensors(donors[d].selector, names, n_dims, arch, strict)) {
       const TensorRef& bt = base.tensors()[i];
       const std::string object = tensor_object(bt.name());
       if (claims[i]) {

@@ -12,6 +12,8 @@
 #include <xxhash.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <filesystem>
 #include <future>
 #include <new>
 #include <unordered_set>
@@ -185,6 +187,23 @@ void check_output_path(const std::string& out, const std::vector<Identity>& inpu
                   "refusing to replace it",
                   Error::Kind::kUsage);
   }
+  // The output is written to a temp file beside it and renamed into place, so its directory
+  // must exist and take new entries; checked here so that a dry run refuses what the write
+  // would.
+  std::string dir = std::filesystem::path(out).parent_path().string();
+  if (dir.empty()) dir = ".";
+  struct stat dst {};
+  int err = 0;
+  if (::stat(dir.c_str(), &dst) != 0)
+    err = errno;
+  else if (!S_ISDIR(dst.st_mode))
+    err = ENOTDIR;
+  else if (::access(dir.c_str(), W_OK | X_OK) != 0)
+    err = errno;
+  if (err)
+    throw Error(out, {}, std::nullopt,
+                fmt::format("cannot create the output in directory '{}': {}",
+                            escape_for_terminal(dir), detail::errno_text(err)));
   struct stat lst {};
   if (!force && ::lstat(out.c_str(), &lst) == 0)
     throw Error(out, {}, std::nullopt, "output file exists; use --force to replace it",

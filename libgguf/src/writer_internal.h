@@ -59,7 +59,7 @@ std::string errno_text(int err);
 // synced and verified, so that a process killed meanwhile leaves nothing behind; commit()
 // names it ".<name>.tmp.XXXXXX" and renames it over the final path at once. Where O_TMPFILE
 // is missing it is named so from the start. Until commit the final path is untouched, and
-// the destructor removes the temp file; so do SIGINT, SIGTERM and SIGHUP in the tools (see
+// the destructor removes the temp file; so do SIGINT, SIGTERM, SIGHUP and SIGQUIT in the tools (see
 // remove_temp_files_from_signal_handler). Errors are gguf::Error naming the final path, the object
 // being written and the byte offset in the output.
 class OutputFile {
@@ -108,6 +108,7 @@ class OutputFile {
   std::string final_, temp_, proc_, object_;  // temp_ empty while the file is anonymous
   std::string backup_;                        // the kept replaced file, if any
   bool backup_moved_ = false;                 // moved aside rather than linked
+  bool written_ = false;                      // finish() or commit() reached
   int fd_ = -1;
   uint64_t pos_ = 0, flushed_ = 0;
   bool committed_ = false, removed_ = false;
@@ -115,11 +116,11 @@ class OutputFile {
 };
 
 // Unlinks every temp name an OutputFile holds right now. Async-signal-safe: for the tools'
-// handlers of SIGINT, SIGTERM, SIGHUP and SIGBUS.
+// handlers of SIGINT, SIGTERM, SIGHUP, SIGQUIT and SIGBUS.
 void remove_temp_files_from_signal_handler() noexcept;
 
-// While one exists, SIGINT, SIGTERM and SIGHUP wait (defer_termination_signal) and are raised
-// again when the last one goes: for the renames that put a split set in place, so that a
+// While one exists, SIGINT, SIGTERM, SIGHUP and SIGQUIT wait (defer_termination_signal) and are
+// raised again when the last one goes: for the renames that put a split set in place, so that a
 // signal leaves the whole set or none of it.
 class SignalsDeferred {
  public:

@@ -44,8 +44,10 @@ struct InspectGroup {
 struct InspectReport {
   std::vector<std::string> files;
   std::vector<uint64_t> file_sizes;
-  uint32_t version = 0;
-  uint64_t alignment = 0;
+  // Both unset when the file's header could not be read (not a GGUF file, too short, a
+  // refused version): a damaged report then has nothing to show but the error.
+  std::optional<uint32_t> version;
+  std::optional<uint64_t> alignment;
   std::string architecture;
   const Metadata* metadata = nullptr;  // of the first file; owned by the model
   std::vector<InspectTensor> tensors;  // selected tensors, in file order

@@ -32,7 +32,7 @@ struct RequantRow {
   uint32_t type_before = 0, type_after = 0;
   uint64_t bytes_before = 0, bytes_after = 0;
   std::string action;           // "copy" | "encode" | "decode"
-  bool lossy_reencode = false;  // the source was already quantized
+  bool lossy_reencode = false;  // the source was already quantized, the target is not f32
   ImportanceSource importance = ImportanceSource::kNone;
 };
 

@@ -45,13 +45,30 @@ Selector parse_selector(const std::vector<std::string>& layer_specs,
                         const std::vector<std::string>& roles,
                         const std::vector<std::string>& patterns);
 
+// How select_tensors() names its input and how strict it is about layers.
+struct SelectOptions {
+  // The file(s) the names come from, for messages. Several when the names are the union of
+  // several files' tensors (gguf-diff): a layer is then missing only when no file has it.
+  std::vector<std::string> files;
+  // Also refuse a requested layer that exists but has no tensor matching the other criteria.
+  // gguf-splice wants this: it copies layer-wise, and a donor layer without the requested
+  // tensors is a mistake. Looking at or re-encoding a range (--layers 0-60 --role routed on a
+  // model whose first layers are dense) is not.
+  bool every_layer_must_match = false;
+};
+
 // Indices (ascending) of the names the selector matches. Throws an input gguf::Error whose
-// message names `what` (e.g. the file) when a requested layer has no tensor at all, when a
-// requested layer has no tensor matching the other criteria, or when nothing matches.
+// message names the file(s) when a requested layer has no tensor at all, when nothing matches,
+// or, with every_layer_must_match, when a requested layer has no tensor matching the other
+// criteria.
+std::vector<size_t> select_tensors(const Selector& s, const std::vector<std::string>& names,
+                                   std::span<const int> n_dims, std::string_view arch,
+                                   const SelectOptions& options);
+// The same for the names of the one file `what`, without every_layer_must_match; n_dims
+// (n_dims.size() == names.size()) are the tensors' dimension counts, so that roles agree with
+// classify_tensor(name, arch, n_dims[i]).
 std::vector<size_t> select_tensors(const Selector& s, const std::vector<std::string>& names,
                                    std::string_view arch, std::string_view what);
-// The same with each tensor's dimension count (n_dims.size() == names.size()), so roles agree
-// with classify_tensor(name, arch, n_dims[i]).
 std::vector<size_t> select_tensors(const Selector& s, const std::vector<std::string>& names,
                                    std::span<const int> n_dims, std::string_view arch,
                                    std::string_view what);
