@@ -31,11 +31,6 @@ mode_t current_umask() {
   return 022;
 }
 
-std::string parent_dir(const std::string& path) {
-  const std::string dir = std::filesystem::path(path).parent_path().string();
-  return dir.empty() ? "." : dir;
-}
-
 // A hidden name pattern beside the final path (".<name>.<tag>.XXXXXX"), within NAME_MAX
 // whatever the final name's length.
 std::string name_pattern(const std::string& final_path, const char* tag = "tmp") {
@@ -315,6 +310,11 @@ void OutputFile::remove() noexcept {
     backup_.clear();
   }
   unregister_temp(slot_);
+}
+
+std::string parent_dir(const std::string& path) {
+  const std::string dir = std::filesystem::path(path).parent_path().string();
+  return dir.empty() ? "." : dir;
 }
 
 void sync_parent_directory(const std::string& path) {

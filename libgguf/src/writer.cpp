@@ -13,7 +13,6 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <filesystem>
 #include <future>
 #include <new>
 #include <unordered_set>
@@ -190,8 +189,7 @@ void check_output_path(const std::string& out, const std::vector<Identity>& inpu
   // The output is written to a temp file beside it and renamed into place, so its directory
   // must exist and take new entries; checked here so that a dry run refuses what the write
   // would.
-  std::string dir = std::filesystem::path(out).parent_path().string();
-  if (dir.empty()) dir = ".";
+  const std::string dir = detail::parent_dir(out);
   struct stat dst {};
   int err = 0;
   if (::stat(dir.c_str(), &dst) != 0)

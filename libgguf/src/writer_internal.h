@@ -134,6 +134,9 @@ class SignalsDeferred {
 // raise again (the handler then returns); false to handle it now. Async-signal-safe.
 bool defer_termination_signal(int sig) noexcept;
 
+// The directory holding path ("." for a bare file name).
+std::string parent_dir(const std::string& path);
+
 // fsync of the directory holding path, so that a rename survives a crash.
 void sync_parent_directory(const std::string& path);
 
