@@ -1,8 +1,10 @@
-// gguf-requant: re-encode the quantizable tensors of a GGUF with one ggml codec.
+// gguf-requant: re-encode the quantizable tensors of a GGUF with one ggml codec, or import a
+// packed-affine safetensors file into the ggml type that holds its values exactly.
 #include <fmt/format.h>
 
 #include <thread>
 
+#include "gguf/affine.h"
 #include "gguf/cli.h"
 #include "gguf/error.h"
 #include "gguf/requant.h"
@@ -11,7 +13,7 @@ namespace po = boost::program_options;
 
 int main(int argc, char** argv) {
   return gguf::cli::run_tool("gguf-requant", [&] {
-    std::string in, out, type, imatrix_path;
+    std::string in, out, type, imatrix_path, base_path;
     bool json = false, force = false, no_verify = false, dry_run = false;
     unsigned threads = std::max(1u, std::thread::hardware_concurrency());
     std::string split_size;
@@ -20,8 +22,12 @@ int main(int argc, char** argv) {
     po::options_description desc("Options");
     desc.add_options()("help,h", "show this help and exit")("version", "show the version and exit")(
         "output,o", po::value(&out), "output GGUF path (required unless --dry-run)")(
-        "type", po::value(&type)->required(), "target type, any case: q4_K, q8_0, f16, bf16, ...")(
+        "type", po::value(&type),
+        "target type, any case: q4_K, q8_0, f16, bf16, ... (required for a GGUF input)")(
         "imatrix", po::value(&imatrix_path), "importance matrix (llama.cpp .dat or GGUF imatrix)")(
+        "base", po::value(&base_path),
+        "packed-affine import: start from this GGUF (its metadata and tensors; the import's "
+        "tensors replace those of the same name)")(
         "threads", gguf::cli::count_value(&threads, gguf::cli::kMaxThreads, "--threads"),
         "encoding threads (default: all cores)")("dry-run", po::bool_switch(&dry_run),
                                                  "show the plan, write nothing")(
@@ -32,19 +38,63 @@ int main(int argc, char** argv) {
         "write a split set, shards at most this big (e.g. 4G)")(
         "split-max-tensors",
         gguf::cli::count_value(&split_tensors, UINT64_MAX, "--split-max-tensors", 1),
-        "write a split set, at most N tensors per shard")("input", po::value(&in)->required(),
-                                                          "input GGUF (or first shard)");
+        "write a split set, at most N tensors per shard")(
+        "input", po::value(&in)->required(),
+        "input GGUF (or first shard), or a packed-affine .safetensors file");
     sel.add_to(desc);
     po::positional_options_description pos;
     pos.add("input", 1);
     po::variables_map vm;
     if (gguf::cli::parse_command_line(argc, argv, "gguf-requant",
-                                      "IN.gguf -o OUT.gguf --type TYPE [OPTIONS]", desc, pos, vm))
+                                      "IN.gguf -o OUT.gguf --type TYPE [OPTIONS]\n"
+                                      "       gguf-requant IN.safetensors -o OUT.gguf [--type "
+                                      "q4_1|q5_1|f32] [--base BASE.gguf] [OPTIONS]",
+                                      desc, pos, vm))
       return 0;
-    const auto t = gguf::parse_type(type);
-    if (!t) gguf::usage_error(fmt::format("--type: unknown type '{}'", type));
+    std::optional<gguf::GgmlType> t;
+    if (!type.empty() && !(t = gguf::parse_type(type)))
+      gguf::usage_error(fmt::format("--type: unknown type '{}'", type));
     if (out.empty() && !dry_run) gguf::usage_error("an output path is required (-o OUT.gguf)");
     if (threads == 0) gguf::usage_error("--threads must be at least 1");
+    gguf::WriteOptions wo;
+    wo.force = force;
+    wo.verify = !no_verify;
+    if (!split_size.empty())
+      wo.split_max_size = gguf::cli::parse_size(split_size, "split-max-size");
+    wo.split_max_tensors = split_tensors;
+
+    const auto source = gguf::open_file_source(in);
+    if (gguf::SafetensorsFile::sniff(*source) || in.ends_with(".safetensors")) {
+      if (!imatrix_path.empty())
+        gguf::usage_error("--imatrix: a packed-affine import re-encodes nothing, it moves values");
+      if (sel.given())
+        gguf::usage_error("--layers, --role and --match do not apply to a packed-affine import");
+      const gguf::SafetensorsFile file = gguf::SafetensorsFile::parse(source);
+      std::optional<gguf::Model> base;
+      if (!base_path.empty()) base = gguf::Model::open(base_path);
+      const gguf::ImportResult result =
+          gguf::import_safetensors(file, {t, base ? &*base : nullptr});
+      for (const auto& note : result.notes) fmt::print(stderr, "gguf-requant: note: {}\n", note);
+      wo.inputs = result.inputs;
+      std::optional<gguf::WriteResult> written;
+      std::optional<gguf::ImportProof> proof;
+      if (dry_run) {
+        gguf::check_plan(result.plan, out, wo);
+      } else {
+        gguf::cli::Progress progress("import");
+        wo.progress = progress.callback();
+        written = gguf::write_plan(result.plan, out, wo);
+        proof = gguf::prove_import(file, result, written->paths.front());
+      }
+      const gguf::WriteResult* w = written ? &*written : nullptr;
+      const gguf::ImportProof* p = proof ? &*proof : nullptr;
+      fmt::print("{}", json ? gguf::render_import_json(result, w, p)
+                            : gguf::render_import_text(result, w, p));
+      return 0;
+    }
+    if (!t) gguf::usage_error("--type is required (the type to re-encode to)");
+    if (!base_path.empty())
+      gguf::usage_error("--base belongs to a packed-affine import (a .safetensors input)");
 
     const gguf::Model model = gguf::Model::open(in);
     std::optional<gguf::Imatrix> imatrix;
@@ -52,14 +102,8 @@ int main(int argc, char** argv) {
     gguf::RequantOptions opt{*t, sel.parse(), imatrix ? &*imatrix : nullptr, threads};
     const gguf::RequantResult result = gguf::requant(model, opt);
     for (const auto& note : result.notes) fmt::print(stderr, "gguf-requant: note: {}\n", note);
-    gguf::WriteOptions wo;
-    wo.force = force;
-    wo.verify = !no_verify;
     wo.inputs = result.inputs;
     if (imatrix) wo.inputs.push_back(imatrix_path);
-    if (!split_size.empty())
-      wo.split_max_size = gguf::cli::parse_size(split_size, "split-max-size");
-    wo.split_max_tensors = split_tensors;
     std::optional<gguf::WriteResult> written;
     if (dry_run) {
       gguf::check_plan(result.plan, out, wo);  // what the write would refuse, refused now

@@ -17,13 +17,6 @@
 namespace gguf {
 namespace {
 
-struct EncoderState {
-  RowEncoder enc;
-  uint64_t row_bytes = 0;
-  std::vector<uint8_t> carry;  // encoded rows not yet handed out
-  int64_t carry_first_row = 0;
-};
-
 // Encodes rows [first, first + count) into out, in parallel over row blocks; each block never
 // crosses a matrix boundary so it has one importance vector.
 void encode_rows(const RowEncoder& e, uint64_t row_bytes, int64_t first, int64_t count,
@@ -60,37 +53,32 @@ void encode_rows(const RowEncoder& e, uint64_t row_bytes, int64_t first, int64_t
 
 }  // namespace
 
-Producer make_encoding_producer(RowEncoder enc) {
-  const auto rb = row_bytes(enc.type, static_cast<uint64_t>(enc.n_per_row));
-  if (!rb)
-    throw Error({}, tensor_object(enc.tensor_name), std::nullopt,
-                fmt::format("row length {} is not a multiple of the {} block size {}",
-                            enc.n_per_row, traits(enc.type).name, traits(enc.type).block_size));
-  auto st = std::make_shared<EncoderState>();
-  st->enc = std::move(enc);
-  st->row_bytes = *rb;
-  // Aim for ~8 MiB of encoded output per call, at least one row.
+Producer make_row_producer(uint64_t row_bytes, int64_t nrows, std::string tensor_name,
+                           std::function<void(int64_t first, int64_t count, uint8_t* out)> rows) {
+  struct State {
+    std::vector<uint8_t> carry;  // rows made but not yet handed out
+    int64_t carry_first_row = 0;
+  };
+  auto st = std::make_shared<State>();
+  // Aim for ~8 MiB of output per call, at least one row.
   const uint64_t rows_per_chunk =
-      std::max<uint64_t>(1, (uint64_t{8} << 20) / std::max<uint64_t>(1, *rb));
+      std::max<uint64_t>(1, (uint64_t{8} << 20) / std::max<uint64_t>(1, row_bytes));
   Producer p;
-  p.chunk_bytes = rows_per_chunk * *rb;
-  p.fill = [st, rows_per_chunk](uint64_t offset, std::span<uint8_t> out) {
-    const RowEncoder& e = st->enc;
-    const uint64_t rb = st->row_bytes;
+  p.chunk_bytes = rows_per_chunk * row_bytes;
+  p.fill = [st, rows_per_chunk, rb = row_bytes, nrows, name = std::move(tensor_name),
+            rows = std::move(rows)](uint64_t offset, std::span<uint8_t> out) {
     size_t written = 0;
     while (written < out.size()) {
       const uint64_t pos = offset + written;
       const uint64_t carry_begin = static_cast<uint64_t>(st->carry_first_row) * rb;
       if (pos < carry_begin || pos >= carry_begin + st->carry.size()) {
-        // Encode the chunk of rows that holds pos.
+        // Make the chunk of rows that holds pos.
         const int64_t row = static_cast<int64_t>(pos / rb);
-        if (row >= e.nrows)
-          throw Error(fmt::format("read past the end of encoded tensor '{}'", e.tensor_name));
-        const int64_t count =
-            std::min<int64_t>(static_cast<int64_t>(rows_per_chunk), e.nrows - row);
+        if (row >= nrows) throw Error(fmt::format("read past the end of tensor '{}'", name));
+        const int64_t count = std::min<int64_t>(static_cast<int64_t>(rows_per_chunk), nrows - row);
         st->carry.resize(static_cast<size_t>(count) * rb);
         st->carry_first_row = row;
-        encode_rows(e, rb, row, count, st->carry.data());
+        rows(row, count, st->carry.data());
         continue;
       }
       const uint64_t skip = pos - carry_begin;
@@ -100,6 +88,19 @@ Producer make_encoding_producer(RowEncoder enc) {
     }
   };
   return p;
+}
+
+Producer make_encoding_producer(RowEncoder enc) {
+  const auto rb = row_bytes(enc.type, static_cast<uint64_t>(enc.n_per_row));
+  if (!rb)
+    throw Error({}, tensor_object(enc.tensor_name), std::nullopt,
+                fmt::format("row length {} is not a multiple of the {} block size {}",
+                            enc.n_per_row, traits(enc.type).name, traits(enc.type).block_size));
+  auto e = std::make_shared<const RowEncoder>(std::move(enc));
+  return make_row_producer(*rb, e->nrows, e->tensor_name,
+                           [e, rb = *rb](int64_t first, int64_t count, uint8_t* out) {
+                             encode_rows(*e, rb, first, count, out);
+                           });
 }
 
 }  // namespace gguf

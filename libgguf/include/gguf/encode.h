@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <functional>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "gguf/plan.h"
@@ -33,5 +34,11 @@ struct RowEncoder {
 
 // A Producer serving any byte range of the encoded tensor; memory is bounded by the chunk.
 Producer make_encoding_producer(RowEncoder enc);
+
+// A Producer over a payload made of nrows rows of row_bytes each: rows(first, count, out)
+// writes rows [first, first + count) to out; they are made about 8 MiB at a time and handed
+// out in whatever pieces the writer asks for.
+Producer make_row_producer(uint64_t row_bytes, int64_t nrows, std::string tensor_name,
+                           std::function<void(int64_t first, int64_t count, uint8_t* out)> rows);
 
 }  // namespace gguf

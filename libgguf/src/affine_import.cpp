@@ -1,0 +1,359 @@
+// Packed-affine safetensors → GGUF: the metadata checks, the plan, and the proof by reading
+// the written file back.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstring>
+#include <map>
+#include <set>
+
+#include "gguf/affine.h"
+#include "gguf/codecs.h"
+#include "gguf/encode.h"
+#include "gguf/error.h"
+#include "gguf/escape.h"
+#include "gguf/file.h"
+#include "gguf/splice.h"
+#include "json_checked.h"
+#include "writer_internal.h"
+
+namespace gguf {
+namespace {
+
+using ojson = nlohmann::ordered_json;
+
+std::string shape_text(const std::vector<int64_t>& s) {
+  return fmt::format("[{}]", fmt::join(s, ", "));
+}
+
+// ggml ne order (innermost first) of a row-major shape; a scalar is one element.
+std::vector<int64_t> ne_of(const std::vector<int64_t>& shape) {
+  if (shape.empty()) return {1};
+  return {shape.rbegin(), shape.rend()};
+}
+
+}  // namespace
+
+std::optional<GgmlType> ggml_type_of_dtype(std::string_view dtype) {
+  static const std::pair<std::string_view, GgmlType> kMap[] = {
+      {"F32", GgmlType::F32}, {"F16", GgmlType::F16}, {"BF16", GgmlType::BF16},
+      {"F64", GgmlType::F64}, {"I8", GgmlType::I8},   {"I16", GgmlType::I16},
+      {"I32", GgmlType::I32}, {"I64", GgmlType::I64}};
+  for (const auto& [name, type] : kMap)
+    if (name == dtype) return type;
+  return std::nullopt;
+}
+
+std::vector<PackedAffineTensor> packed_affine_tensors(const SafetensorsFile& file) {
+  std::vector<PackedAffineTensor> out;
+  const std::string* text = file.metadata_value("packed_affine");
+  if (!text) return out;
+  const std::string& path = file.path();
+  const std::string key = key_object("packed_affine");
+  const uint64_t at = file.entry_offset("packed_affine");
+  const ojson doc = detail::parse_json_checked(*text, path, key, at, 6, "packed_affine");
+  if (!doc.is_object()) throw Error(path, key, at, "packed_affine is not a JSON object");
+  const auto version = doc.find("version");
+  if (version == doc.end() || !version->is_number_unsigned() || version->get<uint64_t>() != 1)
+    throw Error(path, key, at,
+                fmt::format("packed_affine version {}: only version 1 is known",
+                            version == doc.end() ? "missing" : version->dump()));
+  const auto tensors = doc.find("tensors");
+  if (tensors == doc.end() || !tensors->is_object())
+    throw Error(path, key, at, "packed_affine has no \"tensors\" object");
+  for (const auto& [name, e] : tensors->items()) {
+    const std::string obj = tensor_object(name);
+    const uint64_t eat = file.entry_offset(name) == 8 ? at : file.entry_offset(name);
+    const auto fail = [&](const std::string& why) { throw Error(path, obj, eat, why); };
+    if (!e.is_object()) fail("its packed_affine entry is not an object");
+    PackedAffineTensor t;
+    t.name = name;
+    const auto uint_field = [&](const char* f, uint64_t lo, uint64_t hi) -> uint64_t {
+      const auto it = e.find(f);
+      if (it == e.end() || !it->is_number_unsigned() || it->get<uint64_t>() < lo ||
+          it->get<uint64_t>() > hi)
+        fail(fmt::format("\"{}\" must be an integer from {} to {}, found {}", f, lo, hi,
+                         it == e.end() ? "nothing" : it->dump()));
+      return it->get<uint64_t>();
+    };
+    t.bits = static_cast<unsigned>(uint_field("bits", 1, 8));
+    t.group = uint_field("group", 1, uint64_t{1} << 40);
+    const auto shape = e.find("shape");
+    if (shape == e.end() || !shape->is_array() || shape->empty() || shape->size() > kMaxDims)
+      fail(fmt::format("\"shape\" must be an array of 1 to {} positive integers", kMaxDims));
+    uint64_t n = 1;
+    for (const auto& d : *shape) {
+      if (!d.is_number_unsigned() || d.get<uint64_t>() == 0 ||
+          d.get<uint64_t>() > static_cast<uint64_t>(INT64_MAX) ||
+          __builtin_mul_overflow(n, d.get<uint64_t>(), &n) || n > static_cast<uint64_t>(INT64_MAX))
+        fail(fmt::format("\"shape\" {} must hold positive integers whose product is below 2^63",
+                         shape->dump()));
+      t.shape.push_back(static_cast<int64_t>(d.get<uint64_t>()));
+    }
+    t.cols = static_cast<uint64_t>(t.shape.back());
+    t.rows = n / t.cols;
+    if (t.cols % t.group != 0)
+      fail(fmt::format("group {} does not divide the {} columns of shape {}", t.group, t.cols,
+                       shape->dump()));
+    const auto member = [&](const char* f, std::string_view dtype,
+                            uint64_t bytes) -> const SafetensorsTensor* {
+      const auto it = e.find(f);
+      if (it == e.end() || !it->is_string()) fail(fmt::format("\"{}\" must name a tensor", f));
+      const std::string& ref = it->get_ref<const std::string&>();
+      const SafetensorsTensor* st = file.find(ref);
+      if (!st)
+        fail(fmt::format("its {} tensor '{}' is not in the file", f,
+                         escape_for_terminal(ref.substr(0, 100))));
+      if (st->dtype != dtype || st->end - st->begin != bytes)
+        fail(fmt::format(
+            "its {} tensor '{}' is {} {} ({} bytes); {}-bit codes of shape {} need "
+            "{} {} bytes",
+            f, escape_for_terminal(ref.substr(0, 100)), st->dtype, shape_text(st->shape),
+            st->end - st->begin, t.bits, shape->dump(), bytes, dtype));
+      return st;
+    };
+    uint64_t bits_total = 0;
+    if (__builtin_mul_overflow(n, uint64_t{t.bits}, &bits_total))
+      fail("its codes hold more than 2^64 bits");
+    t.codes = member("codes", "U8", bits_total / 8 + (bits_total % 8 != 0));
+    const uint64_t pairs = t.rows * (t.cols / t.group);  // no overflow: at most n
+    t.scales = member("scales", "F16", 2 * pairs);
+    t.mins = member("mins", "F16", 2 * pairs);
+    if (file.find(name))
+      fail(
+          "the file also holds a plain tensor of that name; a packed tensor needs a name of its "
+          "own");
+    out.push_back(std::move(t));
+  }
+  return out;
+}
+
+ImportResult import_safetensors(const SafetensorsFile& file, const ImportOptions& o) {
+  ImportResult r;
+  const std::string& path = file.path();
+  if (o.type && o.type != GgmlType::Q4_1 && o.type != GgmlType::Q5_1 && o.type != GgmlType::F32)
+    usage_error(fmt::format(
+        "--type {}: a packed-affine import writes q4_1, q5_1 or f32, the types that hold its "
+        "values exactly (leave --type out for the smallest exact one)",
+        traits(*o.type).name));
+  r.packed = packed_affine_tensors(file);
+  r.inputs.push_back(path);
+  r.bytes_before = file.source().size();
+  if (o.base) {
+    for (const auto& p : o.base->paths()) r.inputs.push_back(p);
+    r.bytes_before += o.base->total_bytes();
+  }
+
+  // The import's tensors, in the order of their data: a packed tensor where its codes are.
+  std::map<std::string, std::vector<const PackedAffineTensor*>, std::less<>> by_codes;
+  std::set<std::string, std::less<>> consumed;
+  for (const auto& t : r.packed) {
+    by_codes[t.codes->name].push_back(&t);
+    consumed.insert(t.codes->name);
+    consumed.insert(t.scales->name);
+    consumed.insert(t.mins->name);
+  }
+  std::vector<ImportRow> rows;
+  std::vector<PlanTensor> tensors;
+  for (const auto& st : file.tensors()) {
+    if (const auto it = by_codes.find(st.name); it != by_codes.end()) {
+      for (const PackedAffineTensor* t : it->second) {
+        std::string why;
+        const auto type = affine_target(*t, o.type, why);
+        if (!type)
+          throw Error(path, tensor_object(t->name), file.entry_offset(t->name),
+                      fmt::format("cannot be moved exactly: {}", why));
+        ImportRow row;
+        row.name = t->name;
+        row.source = path;
+        row.type_before = "affine";
+        row.type_after = traits(*type).id;
+        row.shape = ne_of(t->shape);
+        row.bytes_before = (t->codes->end - t->codes->begin) + (t->scales->end - t->scales->begin) +
+                           (t->mins->end - t->mins->begin);
+        const uint64_t rb = *row_bytes(*type, t->cols);
+        row.bytes_after = rb * t->rows;
+        row.action = *type == GgmlType::F32 ? "decode" : "encode";
+        row.bits = t->bits;
+        row.group = t->group;
+        row.packed = t;
+        const SafetensorsFile* f = &file;
+        const GgmlType ty = *type;
+        tensors.push_back(
+            {t->name, row.type_after, row.shape, row.bytes_after,
+             make_row_producer(rb, static_cast<int64_t>(t->rows), t->name,
+                               [f, t, ty, rb](int64_t first, int64_t count, uint8_t* out) {
+                                 affine_to_type(*f, *t, ty, static_cast<uint64_t>(first),
+                                                static_cast<uint64_t>(count),
+                                                {out, static_cast<size_t>(count) * rb});
+                               })});
+        rows.push_back(std::move(row));
+      }
+      continue;
+    }
+    if (consumed.contains(st.name)) continue;
+    const auto type = ggml_type_of_dtype(st.dtype);
+    if (!type)
+      throw Error(path, tensor_object(st.name), file.entry_offset(st.name),
+                  fmt::format("dtype {} has no GGUF type (F32, F16, BF16, F64, I8, I16, I32 and "
+                              "I64 carry over; packed tensors are listed in packed_affine)",
+                              st.dtype));
+    if (st.shape.size() > kMaxDims)
+      throw Error(path, tensor_object(st.name), file.entry_offset(st.name),
+                  fmt::format("shape {} has more than the {} dimensions of a GGUF tensor",
+                              shape_text(st.shape), kMaxDims));
+    ImportRow row;
+    row.name = st.name;
+    row.source = path;
+    row.type_before = traits(*type).name;
+    row.type_after = traits(*type).id;
+    row.shape = ne_of(st.shape);
+    row.bytes_before = row.bytes_after = st.end - st.begin;
+    row.action = "copy";
+    row.plain = &st;
+    tensors.push_back({st.name, row.type_after, row.shape, row.bytes_after,
+                       FileRange{file.source_ptr(), st.begin}});
+    rows.push_back(std::move(row));
+  }
+  for (const auto& row : rows)
+    if (row.name.size() > kMaxNameBytes)
+      throw Error(path, tensor_object(row.name), file.entry_offset(row.name),
+                  fmt::format("its name is {} bytes long; GGUF tensor names (ggml's) are at most "
+                              "{}",
+                              row.name.size(), kMaxNameBytes));
+
+  if (!o.base) {
+    r.plan.tensors = std::move(tensors);
+    r.rows = std::move(rows);
+  } else {
+    for (const auto& kv : o.base->metadata().entries())
+      if (!kv.key.starts_with("split.")) r.plan.metadata.append(kv);
+    std::map<std::string, size_t, std::less<>> index;
+    for (size_t i = 0; i < rows.size(); ++i) index.emplace(rows[i].name, i);
+    std::vector<bool> used(rows.size(), false);
+    for (const TensorRef& t : o.base->tensors()) {
+      const TensorInfo& info = *t.info;
+      if (const auto it = index.find(info.name); it != index.end()) {
+        const size_t i = it->second;
+        if (rows[i].shape != info.shape)
+          throw Error(path, tensor_object(info.name), file.entry_offset(info.name),
+                      fmt::format("shape {} (ggml order) here, but {} in the base {}",
+                                  shape_text(rows[i].shape), shape_text(info.shape),
+                                  escape_for_terminal(o.base->path())));
+        used[i] = true;
+        r.plan.tensors.push_back(std::move(tensors[i]));
+        r.rows.push_back(std::move(rows[i]));
+        continue;
+      }
+      ImportRow row;
+      row.name = info.name;
+      row.source = t.file->path();
+      row.type_before = type_name(info.type_id);
+      row.type_after = info.type_id;
+      row.shape = info.shape;
+      row.bytes_before = row.bytes_after = info.require_bytes(t.file->path());
+      row.action = "copy";
+      row.from_base = true;
+      r.plan.tensors.push_back({info.name, info.type_id, info.shape, row.bytes_after,
+                                FileRange{t.file->source_ptr(), t.data_start()}});
+      r.rows.push_back(std::move(row));
+    }
+    size_t extra = 0;
+    std::string first_extra;
+    for (size_t i = 0; i < rows.size(); ++i) {
+      if (used[i]) continue;
+      if (extra++ == 0) first_extra = rows[i].name;
+      r.plan.tensors.push_back(std::move(tensors[i]));
+      r.rows.push_back(std::move(rows[i]));
+    }
+    if (extra > 0)
+      r.notes.push_back(fmt::format(
+          "{} tensor{} of the import ({}'{}') {} not in the base: appended after its tensors",
+          extra, extra == 1 ? "" : "s", extra == 1 ? "" : "the first: ",
+          escape_for_terminal(first_extra), extra == 1 ? "is" : "are"));
+  }
+  if (r.rows.empty()) throw Error(path, {}, std::nullopt, "the file holds no tensor to import");
+  size_t n_packed = 0;
+  for (const auto& row : r.rows) n_packed += row.packed != nullptr;
+  if (n_packed == 0)
+    r.notes.push_back("the file has no packed_affine tensors: its tensors are copied as they are");
+
+  if (const auto ft = dominant_ftype(r.plan.tensors))
+    r.plan.metadata.set("general.file_type", Value::u32(*ft));
+  else
+    r.plan.metadata.erase("general.file_type");
+  bool quantized = false;
+  for (const auto& t : r.plan.tensors)
+    quantized |= traits(static_cast<GgmlType>(t.type_id)).quantized;
+  if (quantized) r.plan.metadata.set("general.quantization_version", Value::u32(2));
+  std::vector<const PlanTensor*> ptrs;
+  for (const auto& t : r.plan.tensors) ptrs.push_back(&t);
+  r.bytes_after = detail::layout_of(r.plan.metadata, ptrs).file_size;
+  return r;
+}
+
+namespace {
+
+std::string float_text(float f) {
+  uint32_t b;
+  std::memcpy(&b, &f, 4);
+  return fmt::format("{} (bits 0x{:08x})", f, b);
+}
+
+}  // namespace
+
+ImportProof prove_import(const SafetensorsFile& file, const ImportResult& result,
+                         const std::string& output_path) {
+  const Model out = Model::open(output_path);
+  ImportProof proof;
+  for (const ImportRow& row : result.rows) {
+    if (row.from_base) continue;
+    const TensorRef* t = out.find(row.name);
+    const std::string obj = tensor_object(row.name);
+    if (!t) throw Error(out.path(), obj, std::nullopt, "reading back: the tensor is missing");
+    if (t->info->type_id != row.type_after || t->info->shape != row.shape)
+      throw Error(t->file->path(), obj, t->info->info_offset,
+                  fmt::format("reading back: {} {} where {} {} was written",
+                              type_name(t->info->type_id), shape_text(t->info->shape),
+                              type_name(row.type_after), shape_text(row.shape)));
+    const auto data = t->data();
+    ++proof.tensors;
+    if (row.plain) {
+      const auto src = file.data(*row.plain);
+      if (src.size() != data.size() || std::memcmp(src.data(), data.data(), src.size()) != 0)
+        throw Error(t->file->path(), obj, t->data_start(),
+                    "reading back: the payload differs from the safetensors tensor's bytes");
+      proof.bytes += src.size();
+      t->file->source().release(t->data_start(), data.size());
+      continue;
+    }
+    const PackedAffineTensor& p = *row.packed;
+    const auto type = static_cast<GgmlType>(row.type_after);
+    const uint64_t rb = *row_bytes(type, p.cols);
+    const uint64_t per = std::max<uint64_t>(1, (uint64_t{1} << 20) / p.cols);
+    std::vector<float> got, want;
+    for (uint64_t r0 = 0; r0 < p.rows; r0 += per) {
+      const uint64_t n = std::min(per, p.rows - r0);
+      got.resize(static_cast<size_t>(n * p.cols));
+      want.resize(got.size());
+      dequantize(type, data.subspan(static_cast<size_t>(r0 * rb), static_cast<size_t>(n * rb)),
+                 got);
+      affine_values(file, p, r0, n, want);
+      if (std::memcmp(got.data(), want.data(), got.size() * 4) != 0) {
+        size_t i = 0;
+        while (std::memcmp(&got[i], &want[i], 4) == 0) ++i;
+        const uint64_t row_i = r0 + i / p.cols, col = i % p.cols;
+        throw Error(
+            t->file->path(), obj, t->data_start() + row_i * rb + col / 32 * (rb * 32 / p.cols),
+            fmt::format("reading back: element {} (row {}, column {}) decodes to {}, but "
+                        "the source's code * scale + min is {}",
+                        row_i * p.cols + col, row_i, col, float_text(got[i]), float_text(want[i])));
+      }
+      proof.values += got.size();
+      t->file->source().release(t->data_start() + r0 * rb, n * rb);
+    }
+  }
+  return proof;
+}
+
+}  // namespace gguf

@@ -1,0 +1,98 @@
+// Renderers of the import report: a table of imported tensors and the JSON contract.
+#include <fmt/format.h>
+
+#include <nlohmann/json.hpp>
+
+#include "gguf/affine.h"
+#include "gguf/cli.h"
+#include "gguf/escape.h"
+#include "gguf/table.h"
+
+namespace gguf {
+namespace {
+
+std::string before_text(const ImportRow& row) {
+  return row.packed ? fmt::format("u{} affine g{}", row.bits, row.group) : row.type_before;
+}
+
+uint64_t after_bytes(const ImportResult& r, const WriteResult* w) {
+  return w ? w->bytes : r.bytes_after;
+}
+
+}  // namespace
+
+std::string render_import_text(const ImportResult& r, const WriteResult* written,
+                               const ImportProof* proof) {
+  Table t({"tensor", "from", "to", "shape", "bytes before", "bytes after"},
+          {true, true, true, true, false, false});
+  size_t imported = 0, packed = 0, base = 0;
+  for (const auto& row : r.rows) {
+    if (row.from_base) {
+      ++base;
+      continue;
+    }
+    ++imported;
+    packed += row.packed != nullptr;
+    t.add({escape_for_terminal(row.name), before_text(row), type_name(row.type_after),
+           fmt::format("[{}]", fmt::join(row.shape, ", ")), cli::human_bytes(row.bytes_before),
+           cli::human_bytes(row.bytes_after)});
+  }
+  std::string out = t.render();
+  out += fmt::format(
+      "\n{} tensor{} imported ({} packed-affine, moved exactly; {} copied byte for "
+      "byte)",
+      imported, imported == 1 ? "" : "s", packed, imported - packed);
+  if (base > 0) out += fmt::format(", {} kept from the base", base);
+  out += "\n";
+  out += fmt::format("size: {} -> {}\n", cli::human_bytes(r.bytes_before),
+                     cli::human_bytes(after_bytes(r, written)));
+  if (written) {
+    for (const auto& p : written->paths) out += fmt::format("wrote {}\n", escape_for_terminal(p));
+    if (written->verified) out += "verified: every tensor read back and hashed\n";
+  }
+  if (proof)
+    out += fmt::format(
+        "exact: {} imported tensor{} read back: {} values decode to the same float bits as code "
+        "* scale + min, {} bytes of plain tensors equal\n",
+        proof->tensors, proof->tensors == 1 ? "" : "s", with_commas(proof->values),
+        with_commas(proof->bytes));
+  return out;
+}
+
+std::string render_import_json(const ImportResult& r, const WriteResult* written,
+                               const ImportProof* proof) {
+  using nlohmann::json;
+  json doc;
+  doc["tensors"] = json::array();
+  for (const auto& row : r.rows) {
+    json j = {{"name", utf8_or_escaped(row.name)},
+              {"source", utf8_or_escaped(row.source)},
+              {"type_before", row.type_before},
+              {"type_after", type_name(row.type_after)},
+              {"shape", row.shape},
+              {"bytes_before", row.bytes_before},
+              {"bytes_after", row.bytes_after},
+              {"action", row.action},
+              {"lossy", false}};
+    if (row.packed) {
+      j["bits"] = row.bits;
+      j["group"] = row.group;
+    }
+    doc["tensors"].push_back(std::move(j));
+  }
+  doc["bytes_before"] = r.bytes_before;
+  doc["bytes_after"] = after_bytes(r, written);
+  doc["output"] = written ? json(utf8_or_escaped(written->paths.front())) : json(nullptr);
+  if (written && written->paths.size() > 1) {
+    doc["outputs"] = json::array();
+    for (const auto& p : written->paths) doc["outputs"].push_back(utf8_or_escaped(p));
+  }
+  doc["verified"] = written ? written->verified : false;
+  doc["exact"] =
+      proof ? json{{"tensors", proof->tensors}, {"values", proof->values}, {"bytes", proof->bytes}}
+            : json(nullptr);
+  doc["notes"] = r.notes;
+  return doc.dump(2) + "\n";
+}
+
+}  // namespace gguf
