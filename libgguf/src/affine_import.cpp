@@ -63,11 +63,13 @@ std::vector<PackedAffineTensor> packed_affine_tensors(const SafetensorsFile& fil
     throw Error(path, key, at, "packed_affine has no \"tensors\" object");
   for (const auto& [name, e] : tensors->items()) {
     const std::string obj = tensor_object(name);
-    const uint64_t eat = file.entry_offset(name) == 8 ? at : file.entry_offset(name);
+    // A packed tensor has no entry of its own in the header: errors point at packed_affine.
+    const uint64_t eat = at;
     const auto fail = [&](const std::string& why) { throw Error(path, obj, eat, why); };
     if (!e.is_object()) fail("its packed_affine entry is not an object");
     PackedAffineTensor t;
     t.name = name;
+    t.entry_offset = eat;
     const auto uint_field = [&](const char* f, uint64_t lo, uint64_t hi) -> uint64_t {
       const auto it = e.find(f);
       if (it == e.end() || !it->is_number_unsigned() || it->get<uint64_t>() < lo ||
@@ -119,8 +121,9 @@ std::vector<PackedAffineTensor> packed_affine_tensors(const SafetensorsFile& fil
     const uint64_t pairs = t.rows * (t.cols / t.group);  // no overflow: at most n
     t.scales = member("scales", "F16", 2 * pairs);
     t.mins = member("mins", "F16", 2 * pairs);
-    if (file.find(name))
-      fail(
+    if (const auto* plain = file.find(name))
+      throw Error(
+          path, obj, file.entry_offset(plain->name),
           "the file also holds a plain tensor of that name; a packed tensor needs a name of its "
           "own");
     out.push_back(std::move(t));
@@ -161,7 +164,7 @@ ImportResult import_safetensors(const SafetensorsFile& file, const ImportOptions
         std::string why;
         const auto type = affine_target(*t, o.type, why);
         if (!type)
-          throw Error(path, tensor_object(t->name), file.entry_offset(t->name),
+          throw Error(path, tensor_object(t->name), t->entry_offset,
                       fmt::format("cannot be moved exactly: {}", why));
         ImportRow row;
         row.name = t->name;
@@ -215,9 +218,12 @@ ImportResult import_safetensors(const SafetensorsFile& file, const ImportOptions
                        FileRange{file.source_ptr(), st.begin}});
     rows.push_back(std::move(row));
   }
+  const auto offset_of = [&](const ImportRow& row) {
+    return row.packed ? row.packed->entry_offset : file.entry_offset(row.name);
+  };
   for (const auto& row : rows)
     if (row.name.size() > kMaxNameBytes)
-      throw Error(path, tensor_object(row.name), file.entry_offset(row.name),
+      throw Error(path, tensor_object(row.name), offset_of(row),
                   fmt::format("its name is {} bytes long; GGUF tensor names (ggml's) are at most "
                               "{}",
                               row.name.size(), kMaxNameBytes));
@@ -236,7 +242,7 @@ ImportResult import_safetensors(const SafetensorsFile& file, const ImportOptions
       if (const auto it = index.find(info.name); it != index.end()) {
         const size_t i = it->second;
         if (rows[i].shape != info.shape)
-          throw Error(path, tensor_object(info.name), file.entry_offset(info.name),
+          throw Error(path, tensor_object(info.name), offset_of(rows[i]),
                       fmt::format("shape {} (ggml order) here, but {} in the base {}",
                                   shape_text(rows[i].shape), shape_text(info.shape),
                                   escape_for_terminal(o.base->path())));

@@ -34,6 +34,7 @@ struct PackedAffineTensor {
   const SafetensorsTensor* scales = nullptr;  // F16, shape with the last dimension cols / group
   const SafetensorsTensor* mins = nullptr;    // F16, same shape as scales
   uint64_t rows = 0, cols = 0;
+  uint64_t entry_offset = 0;  // where errors about it point: its entry in the header
 };
 
 // Parses __metadata__["packed_affine"] (absent: no packed tensors) and checks every entry

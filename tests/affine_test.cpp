@@ -1,0 +1,697 @@
+// Packed-affine safetensors import: the safetensors reader's checks (one test per malformed
+// case, exact messages), the packed_affine checks, exactness of q4_1 / q5_1 / f32 on random
+// and edge-case scales for every width and several groups and shapes, --base, the proof, and
+// the gguf-requant binary.
+#include "gguf/affine.h"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "affine_fixture.h"
+#include "cli_run.h"
+#include "gguf/cli.h"
+#include "gguf/codecs.h"
+#include "gguf/hash.h"
+#include "gguf/synth.h"
+
+namespace gguf {
+namespace {
+
+using testing::AffineFile;
+using testing::AffineValues;
+using testing::run_cli;
+using testing::TempDir;
+
+// Header text (padded as given) after its 8-byte length, then data.
+std::vector<uint8_t> raw_file(const std::string& header, const std::vector<uint8_t>& data = {},
+                              std::optional<uint64_t> length = std::nullopt) {
+  std::vector<uint8_t> out(8);
+  const uint64_t n = length.value_or(header.size());
+  for (int i = 0; i < 8; ++i) out[static_cast<size_t>(i)] = static_cast<uint8_t>(n >> (8 * i));
+  out.insert(out.end(), header.begin(), header.end());
+  out.insert(out.end(), data.begin(), data.end());
+  return out;
+}
+
+std::string parse_error(const std::vector<uint8_t>& bytes) {
+  try {
+    SafetensorsFile::parse(memory_source(bytes, "m.safetensors"));
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+SafetensorsFile parse_bytes(const std::vector<uint8_t>& bytes) {
+  return SafetensorsFile::parse(memory_source(bytes, "m.safetensors"));
+}
+
+// ---- the safetensors reader -------------------------------------------------------------
+
+TEST(safetensors, reads_tensors_metadata_and_ranges) {
+  std::vector<SafetensorsEntry> e = {{"b", "F16", {2, 3}, std::vector<uint8_t>(12, 1)},
+                                     {"a", "F32", {4}, std::vector<uint8_t>(16, 2)},
+                                     {"empty", "I64", {0, 5}, {}}};
+  const auto bytes = serialize_safetensors(e, {{"format", "pt"}, {"k", "v"}});
+  const auto f = parse_bytes(bytes);
+  ASSERT_EQ(f.tensors().size(), 3u);
+  // In the order of their data.
+  EXPECT_EQ(f.tensors()[0].name, "b");
+  EXPECT_EQ(f.tensors()[1].name, "a");
+  const auto* a = f.find("a");
+  ASSERT_NE(a, nullptr);
+  EXPECT_EQ(a->dtype, "F32");
+  EXPECT_EQ(a->shape, (std::vector<int64_t>{4}));
+  EXPECT_EQ(a->n_elements, 4u);
+  EXPECT_EQ(a->end - a->begin, 16u);
+  EXPECT_EQ(f.data(*a)[0], 2);
+  EXPECT_EQ(f.find("empty")->n_elements, 0u);
+  EXPECT_EQ(f.find("zzz"), nullptr);
+  ASSERT_EQ(f.metadata().size(), 2u);
+  EXPECT_EQ(*f.metadata_value("format"), "pt");
+  EXPECT_EQ(f.metadata_value("nope"), nullptr);
+  EXPECT_TRUE(SafetensorsFile::sniff(*memory_source(bytes, "x")));
+  EXPECT_EQ((f.header_bytes() + 8) % 8, 0u);  // padded as the reference library pads
+}
+
+TEST(safetensors, sniff_tells_gguf_and_junk_apart) {
+  std::vector<uint8_t> gguf = {'G', 'G', 'U', 'F', 3, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
+  EXPECT_FALSE(SafetensorsFile::sniff(*memory_source(gguf, "x")));
+  EXPECT_FALSE(SafetensorsFile::sniff(*memory_source({1, 2, 3}, "x")));
+  EXPECT_FALSE(SafetensorsFile::sniff(*memory_source(raw_file("[]  "), "x")));
+  EXPECT_TRUE(SafetensorsFile::sniff(*memory_source(raw_file("{}"), "x")));
+}
+
+TEST(safetensors_malformed, shorter_than_the_length) {
+  EXPECT_EQ(parse_error({1, 2, 3}),
+            "m.safetensors: at byte 0: file is 3 bytes long: a safetensors file starts with an "
+            "8-byte header length");
+}
+
+TEST(safetensors_malformed, header_over_the_limit) {
+  EXPECT_EQ(parse_error(raw_file("{}", {}, 100'000'001)),
+            "m.safetensors: at byte 0: safetensors header length 100000001 is over the format's "
+            "limit of 100000000 bytes");
+}
+
+TEST(safetensors_malformed, header_past_eof) {
+  EXPECT_EQ(parse_error(raw_file("{}", {}, 50)),
+            "m.safetensors: at byte 0: safetensors header length 50 runs past the end of the file "
+            "(2 bytes after the length)");
+}
+
+TEST(safetensors_malformed, header_not_an_object) {
+  EXPECT_EQ(parse_error(raw_file("[1, 2]")),
+            "m.safetensors: at byte 8: safetensors header does not start with '{'");
+  EXPECT_EQ(parse_error(raw_file("")),
+            "m.safetensors: at byte 8: safetensors header does not start with '{'");
+}
+
+TEST(safetensors_malformed, header_not_json) {
+  EXPECT_EQ(parse_error(raw_file("{\"a\": }")),
+            "m.safetensors: at byte 14: safetensors header is not valid JSON: syntax error while "
+            "parsing value - unexpected '}'; expected '[', '{', or a literal");
+}
+
+TEST(safetensors_malformed, header_not_utf8) {
+  EXPECT_EQ(parse_error(raw_file("{\"\xff\": 1}")),
+            "m.safetensors: at byte 8: safetensors header is not valid UTF-8");
+}
+
+TEST(safetensors_malformed, nesting_too_deep) {
+  EXPECT_EQ(parse_error(raw_file("{\"a\": " + std::string(100000, '[') + "}")),
+            "m.safetensors: at byte 8: safetensors header nests deeper than 8 levels");
+}
+
+TEST(safetensors_malformed, duplicate_key) {
+  const std::string t = R"({"dtype": "U8", "shape": [0], "data_offsets": [0, 0]})";
+  EXPECT_EQ(parse_error(raw_file("{\"x\": " + t + ", \"x\": " + t + "}")),
+            "m.safetensors: at byte 8: safetensors header has the key \"x\" twice in one object");
+}
+
+TEST(safetensors_malformed, metadata_not_strings) {
+  EXPECT_EQ(parse_error(raw_file(R"({"__metadata__": [1]})")),
+            "m.safetensors: key '__metadata__': at byte 9: expected an object of strings, found "
+            "array");
+  EXPECT_EQ(parse_error(raw_file(R"({"__metadata__": {"k": 5}})")),
+            "m.safetensors: key 'k': at byte 26: __metadata__ values must be strings, found "
+            "number");
+}
+
+TEST(safetensors_malformed, tensor_entry_not_an_object) {
+  EXPECT_EQ(parse_error(raw_file(R"({"w": 3})")),
+            "m.safetensors: tensor 'w': at byte 9: expected an object, found number");
+}
+
+TEST(safetensors_malformed, missing_or_unknown_dtype) {
+  EXPECT_EQ(parse_error(raw_file(R"({"w": {"shape": [1], "data_offsets": [0, 1]}})", {0})),
+            "m.safetensors: tensor 'w': at byte 9: expected \"dtype\", a string");
+  EXPECT_EQ(
+      parse_error(raw_file(R"({"w": {"dtype": "Q4", "shape": [1], "data_offsets": [0, 1]}})", {0})),
+      "m.safetensors: tensor 'w': at byte 9: unknown dtype \"Q4\" (expected one of BOOL, U8, I8, "
+      "F8_E5M2, F8_E4M3, F8_E8M0, I16, U16, F16, BF16, I32, U32, F32, F64, I64, U64)");
+}
+
+TEST(safetensors_malformed, bad_shape) {
+  EXPECT_EQ(parse_error(raw_file(R"({"w": {"dtype": "U8", "data_offsets": [0, 1]}})", {0})),
+            "m.safetensors: tensor 'w': at byte 9: expected \"shape\", an array of non-negative "
+            "integers");
+  EXPECT_EQ(
+      parse_error(
+          raw_file(R"({"w": {"dtype": "U8", "shape": [-1], "data_offsets": [0, 1]}})", {0})),
+      "m.safetensors: tensor 'w': at byte 9: shape -1 is not an array of non-negative integers");
+  EXPECT_EQ(
+      parse_error(
+          raw_file(R"({"w": {"dtype": "U8", "shape": [1.5], "data_offsets": [0, 1]}})", {0})),
+      "m.safetensors: tensor 'w': at byte 9: shape 1.5 is not an array of non-negative integers");
+}
+
+TEST(safetensors_malformed, shape_overflows) {
+  EXPECT_EQ(
+      parse_error(raw_file(
+          R"({"w": {"dtype": "F32", "shape": [4294967296, 4294967296], "data_offsets": [0, 0]}})")),
+      "m.safetensors: tensor 'w': at byte 9: shape [4294967296,4294967296] holds more bytes than "
+      "2^64");
+  EXPECT_EQ(
+      parse_error(raw_file(
+          R"({"w": {"dtype": "F32", "shape": [4611686018427387904], "data_offsets": [0, 0]}})")),
+      "m.safetensors: tensor 'w': at byte 9: shape [4611686018427387904] holds more bytes "
+      "than 2^64");
+}
+
+TEST(safetensors_malformed, bad_data_offsets) {
+  EXPECT_EQ(parse_error(raw_file(R"({"w": {"dtype": "U8", "shape": [1], "data_offsets": [0]}})")),
+            "m.safetensors: tensor 'w': at byte 9: expected \"data_offsets\", an array of two "
+            "non-negative integers");
+  EXPECT_EQ(
+      parse_error(raw_file(R"({"w": {"dtype": "U8", "shape": [1], "data_offsets": [1, 0]}})", {0})),
+      "m.safetensors: tensor 'w': at byte 9: data_offsets [1, 0] end before they begin");
+}
+
+TEST(safetensors_malformed, data_past_eof) {
+  EXPECT_EQ(
+      parse_error(raw_file(R"({"w": {"dtype": "U8", "shape": [4], "data_offsets": [0, 4]}})", {0})),
+      "m.safetensors: tensor 'w': at byte 9: data_offsets [0, 4] run past the end of the file "
+      "(the data section holds 1 bytes, from byte 68)");
+}
+
+TEST(safetensors_malformed, size_disagrees_with_shape) {
+  EXPECT_EQ(parse_error(raw_file(R"({"w": {"dtype": "F16", "shape": [3], "data_offsets": [0, 4]}})",
+                                 {0, 0, 0, 0})),
+            "m.safetensors: tensor 'w': at byte 9: data_offsets [0, 4] hold 4 bytes, but 3 F16 of "
+            "shape [3] take 6");
+}
+
+TEST(safetensors_malformed, gap_or_overlap) {
+  EXPECT_EQ(
+      parse_error(raw_file(
+          R"({"a": {"dtype": "U8", "shape": [2], "data_offsets": [0, 2]}, "b": {"dtype": "U8", "shape": [2], "data_offsets": [1, 3]}})",
+          {0, 0, 0})),
+      "m.safetensors: tensor 'b': at byte 69: data begins at byte 1 of the data section, but "
+      "the previous tensor ends at byte 2 (the ranges must follow each other with no gap or "
+      "overlap)");
+  EXPECT_EQ(parse_error(raw_file(R"({"a": {"dtype": "U8", "shape": [2], "data_offsets": [1, 3]}})",
+                                 {0, 0, 0})),
+            "m.safetensors: tensor 'a': at byte 9: data begins at byte 1 of the data section, but "
+            "the previous tensor ends at byte 0 (the ranges must follow each other with no gap or "
+            "overlap)");
+}
+
+TEST(safetensors_malformed, bytes_after_the_last_tensor) {
+  EXPECT_EQ(parse_error(raw_file(R"({"a": {"dtype": "U8", "shape": [2], "data_offsets": [0, 2]}})",
+                                 {0, 0, 9})),
+            "m.safetensors: at byte 70: 1 bytes after the last tensor's data: the data section "
+            "holds 3 bytes, its tensors 2");
+}
+
+// Random bytes and truncations of a valid file: an error or a file, never a crash.
+TEST(safetensors_malformed, truncations_and_flips_never_crash) {
+  AffineFile af(7);
+  af.add_packed("w", 3, 32, {4, 64});
+  af.add_plain("n", "F32", {64});
+  const auto good = af.bytes();
+  std::mt19937 rng(11);
+  for (size_t cut = 0; cut < good.size(); cut += 7) {
+    std::vector<uint8_t> b(good.begin(), good.begin() + static_cast<std::ptrdiff_t>(cut));
+    EXPECT_NE(parse_error(b), "(no error)") << cut;
+  }
+  for (int i = 0; i < 2000; ++i) {
+    auto b = good;
+    b[rng() % b.size()] ^= static_cast<uint8_t>(1u << (rng() % 8));
+    try {
+      const auto f = parse_bytes(b);
+      const auto packed = packed_affine_tensors(f);
+      (void)import_safetensors(f, {});
+    } catch (const Error&) {
+    }
+  }
+}
+
+// ---- packed_affine ----------------------------------------------------------------------
+
+std::string import_error(AffineFile& af, ImportOptions o = {}) {
+  try {
+    const auto f = parse_bytes(af.bytes());
+    (void)import_safetensors(f, o);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+// Sets packed_affine to `text` verbatim.
+std::string meta_error(const std::string& text) {
+  const auto bytes = serialize_safetensors({{"c", "U8", {1}, {0}}}, {{"packed_affine", text}});
+  try {
+    (void)packed_affine_tensors(parse_bytes(bytes));
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+TEST(packed_affine_malformed, not_json_or_wrong_version) {
+  EXPECT_EQ(meta_error("{"),
+            "m.safetensors: key 'packed_affine': at byte 25: packed_affine is not valid JSON: "
+            "syntax error while parsing object key - unexpected end of input; expected string "
+            "literal");
+  EXPECT_EQ(meta_error("[]"),
+            "m.safetensors: key 'packed_affine': at byte 25: packed_affine is not a JSON object");
+  EXPECT_EQ(meta_error(R"({"version": 2, "tensors": {}})"),
+            "m.safetensors: key 'packed_affine': at byte 25: packed_affine version 2: only "
+            "version 1 is known");
+  EXPECT_EQ(meta_error(R"({"tensors": {}})"),
+            "m.safetensors: key 'packed_affine': at byte 25: packed_affine version missing: only "
+            "version 1 is known");
+  EXPECT_EQ(meta_error(R"({"version": 1})"),
+            "m.safetensors: key 'packed_affine': at byte 25: packed_affine has no \"tensors\" "
+            "object");
+  EXPECT_EQ(meta_error(R"({"version": 1, "tensors": {"w": 1, "w": 2}})"),
+            "m.safetensors: key 'packed_affine': at byte 25: packed_affine has the key \"w\" "
+            "twice in one object");
+}
+
+TEST(packed_affine_malformed, bits_group_and_shape) {
+  const auto entry = [](const std::string& fields) {
+    return meta_error(R"({"version": 1, "tensors": {"w": {)" + fields + "}}}");
+  };
+  const std::string refs = R"("codes": "c", "scales": "c", "mins": "c")";
+  EXPECT_EQ(entry(R"("bits": 0, "group": 32, "shape": [1, 32], )" + refs),
+            "m.safetensors: tensor 'w': at byte 25: \"bits\" must be an integer from 1 to 8, "
+            "found 0");
+  EXPECT_EQ(entry(R"("bits": 9, "group": 32, "shape": [1, 32], )" + refs),
+            "m.safetensors: tensor 'w': at byte 25: \"bits\" must be an integer from 1 to 8, "
+            "found 9");
+  EXPECT_EQ(entry(R"("bits": 4, "shape": [1, 32], )" + refs),
+            "m.safetensors: tensor 'w': at byte 25: \"group\" must be an integer from 1 to "
+            "1099511627776, found nothing");
+  EXPECT_EQ(entry(R"("bits": 4, "group": 32, "shape": [], )" + refs),
+            "m.safetensors: tensor 'w': at byte 25: \"shape\" must be an array of 1 to 4 positive "
+            "integers");
+  EXPECT_EQ(entry(R"("bits": 4, "group": 32, "shape": [0, 32], )" + refs),
+            "m.safetensors: tensor 'w': at byte 25: \"shape\" [0,32] must hold positive integers "
+            "whose product is below 2^63");
+  EXPECT_EQ(entry(R"("bits": 4, "group": 32, "shape": [4294967296, 4294967296], )" + refs),
+            "m.safetensors: tensor 'w': at byte 25: \"shape\" [4294967296,4294967296] must hold "
+            "positive integers whose product is below 2^63");
+  EXPECT_EQ(entry(R"("bits": 4, "group": 48, "shape": [2, 64], )" + refs),
+            "m.safetensors: tensor 'w': at byte 25: group 48 does not divide the 64 columns of "
+            "shape [2,64]");
+}
+
+TEST(packed_affine_malformed, member_tensors) {
+  AffineFile af(1);
+  af.add_packed("w", 3, 32, {2, 64});
+  af.packed_json()["w"]["codes"] = "nope";
+  EXPECT_EQ(import_error(af),
+            "m.safetensors: tensor 'w': at byte 25: its codes tensor 'nope' is not in the file");
+  af.packed_json()["w"]["codes"] = "w.scales";
+  EXPECT_EQ(import_error(af),
+            "m.safetensors: tensor 'w': at byte 25: its codes tensor 'w.scales' is F16 [2, 2] (8 "
+            "bytes); 3-bit codes of shape [2,64] need 48 U8 bytes");
+  af.packed_json()["w"]["codes"] = "w.codes";
+  af.packed_json()["w"]["bits"] = 4;
+  EXPECT_EQ(import_error(af),
+            "m.safetensors: tensor 'w': at byte 25: its codes tensor 'w.codes' is U8 [48] (48 "
+            "bytes); 4-bit codes of shape [2,64] need 64 U8 bytes");
+  af.packed_json()["w"]["bits"] = 3;
+  af.packed_json()["w"]["group"] = 64;
+  EXPECT_EQ(import_error(af),
+            "m.safetensors: tensor 'w': at byte 25: its scales tensor 'w.scales' is F16 [2, 2] (8 "
+            "bytes); 3-bit codes of shape [2,64] need 4 F16 bytes");
+  af.packed_json()["w"]["group"] = 32;
+  af.packed_json()["w"]["mins"] = "w.codes";
+  EXPECT_EQ(import_error(af),
+            "m.safetensors: tensor 'w': at byte 25: its mins tensor 'w.codes' is U8 [48] (48 "
+            "bytes); 3-bit codes of shape [2,64] need 8 F16 bytes");
+}
+
+TEST(packed_affine_malformed, name_of_a_plain_tensor) {
+  AffineFile af(1);
+  af.add_packed("w", 4, 32, {2, 64});
+  af.add_plain("x", "F32", {4});
+  af.packed_json()["x"] = af.packed_json()["w"];
+  EXPECT_EQ(import_error(af),
+            "m.safetensors: tensor 'x': at byte 490: the file also holds a plain tensor of that "
+            "name; a packed tensor needs a name of its own");
+}
+
+// ---- what cannot be moved exactly: an error naming the tensor, never a lossy fallback ------
+
+TEST(affine_import, refuses_what_no_type_holds_exactly) {
+  AffineFile af(2);
+  af.add_packed("blk.0.w", 6, 32, {2, 64});
+  EXPECT_EQ(import_error(af),
+            "m.safetensors: tensor 'blk.0.w': at byte 25: cannot be moved exactly: its 6-bit codes "
+            "do not fit q4_1 (4 bits) or q5_1 (5 bits); --type f32 holds them exactly");
+  EXPECT_EQ(import_error(af, {GgmlType::Q5_1}),
+            "m.safetensors: tensor 'blk.0.w': at byte 25: cannot be moved exactly: its 6-bit codes "
+            "do not fit q5_1's 5-bit codes; --type f32 holds them exactly");
+  EXPECT_EQ(import_error(af, {GgmlType::F32}), "(no error)");
+
+  AffineFile a5(2);
+  a5.add_packed("blk.0.w", 5, 32, {2, 64});
+  EXPECT_EQ(import_error(a5, {GgmlType::Q4_1}),
+            "m.safetensors: tensor 'blk.0.w': at byte 25: cannot be moved exactly: its 5-bit codes "
+            "do not fit q4_1's 4-bit codes; q5_1 holds them exactly");
+
+  AffineFile g16(2);
+  g16.add_packed("blk.0.w", 4, 16, {2, 64});
+  EXPECT_EQ(import_error(g16),
+            "m.safetensors: tensor 'blk.0.w': at byte 25: cannot be moved exactly: its group of 16 "
+            "columns is not a multiple of 32, the block of q4_1 and q5_1, so a block would need "
+            "two scales; --type f32 holds it exactly");
+
+  AffineFile u16(2);
+  u16.add_plain("pos", "U16", {8});
+  EXPECT_EQ(import_error(u16),
+            "m.safetensors: tensor 'pos': at byte 75: dtype U16 has no GGUF type (F32, F16, BF16, "
+            "F64, I8, I16, I32 and I64 carry over; packed tensors are listed in packed_affine)");
+
+  AffineFile longname(2);
+  longname.add_plain(std::string(64, 'n'), "F32", {8});
+  EXPECT_EQ(import_error(longname),
+            "m.safetensors: tensor '" + std::string(64, 'n') +
+                "': at byte 75: its name is 64 bytes long; GGUF tensor names (ggml's) are at most "
+                "63");
+
+  AffineFile five_d(2);
+  five_d.add_plain("t", "F32", {1, 1, 1, 1, 2});
+  EXPECT_EQ(import_error(five_d),
+            "m.safetensors: tensor 't': at byte 75: shape [1, 1, 1, 1, 2] has more than the 4 "
+            "dimensions of a GGUF tensor");
+
+  try {
+    AffineFile q(2);
+    q.add_packed("w", 4, 32, {2, 64});
+    (void)import_safetensors(parse_bytes(q.bytes()), {GgmlType::Q4_K});
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), Error::Kind::kUsage);
+    EXPECT_STREQ(e.what(),
+                 "--type q4_K: a packed-affine import writes q4_1, q5_1 or f32, the types that "
+                 "hold its values exactly (leave --type out for the smallest exact one)");
+  }
+}
+
+// ---- exactness --------------------------------------------------------------------------
+
+std::vector<float> decoded(const Model& m, const std::string& name) {
+  const TensorRef* t = m.find(name);
+  EXPECT_NE(t, nullptr) << name;
+  if (!t) return {};
+  std::vector<float> out(t->info->n_elements);
+  dequantize(static_cast<GgmlType>(t->info->type_id), t->data(), out);
+  return out;
+}
+
+bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * 4) == 0;
+}
+
+// Every width 1-8 with every target that takes it, groups 32 to 256, 2-D and 3-D shapes, with
+// weight-like, edge-case and non-finite scales and mins; seeds change per case.
+TEST(affine_import, reconstructs_every_value_bit_for_bit) {
+  TempDir dir;
+  uint64_t seed = 100;
+  for (AffineValues kind : {AffineValues::kWeights, AffineValues::kEdges, AffineValues::kSpecial})
+    for (unsigned bits = 1; bits <= 8; ++bits)
+      for (uint64_t group : {32, 64, 96, 256}) {
+        AffineFile af(++seed);
+        const int64_t cols = static_cast<int64_t>(group * (bits % 3 + 1));
+        af.add_packed("blk.0.ffn_up_exps.weight", bits, group, {3, 5, cols}, kind);
+        af.add_packed("blk.0.attn_q.weight", bits, group, {7, cols}, kind);
+        af.add_plain("blk.0.attn_norm.weight", "F32", {cols});
+        const std::string in = af.write(dir.file("in.safetensors"));
+        const auto file = SafetensorsFile::open(in);
+        std::vector<std::optional<GgmlType>> targets = {GgmlType::F32, std::nullopt};
+        if (bits <= 5) targets.push_back(GgmlType::Q5_1);
+        if (bits <= 4) targets.push_back(GgmlType::Q4_1);
+        for (const auto& type : targets) {
+          SCOPED_TRACE(::testing::Message() << "bits " << bits << " group " << group << " type "
+                                            << (type ? traits(*type).name : "auto") << " kind "
+                                            << static_cast<int>(kind));
+          if (!type && bits > 5) continue;
+          const ImportResult r = import_safetensors(file, {type});
+          const std::string out = dir.file("out.gguf");
+          WriteOptions wo;
+          wo.force = true;
+          write_plan(r.plan, out, wo);
+          const ImportProof proof = prove_import(file, r, out);
+          EXPECT_EQ(proof.tensors, 3u);
+          EXPECT_EQ(proof.values, static_cast<uint64_t>(15 * cols + 7 * cols));
+          const Model m = Model::open(out);
+          const GgmlType want = type ? *type : bits <= 4 ? GgmlType::Q4_1 : GgmlType::Q5_1;
+          const TensorRef* up = m.find("blk.0.ffn_up_exps.weight");
+          ASSERT_NE(up, nullptr);
+          EXPECT_EQ(up->info->type_id, traits(want).id);
+          EXPECT_EQ(up->info->shape, (std::vector<int64_t>{cols, 5, 3}));
+          EXPECT_TRUE(same_bits(decoded(m, "blk.0.ffn_up_exps.weight"),
+                                AffineFile::values(af.data("blk.0.ffn_up_exps.weight"))));
+          EXPECT_TRUE(same_bits(decoded(m, "blk.0.attn_q.weight"),
+                                AffineFile::values(af.data("blk.0.attn_q.weight"))));
+          const auto norm = m.find("blk.0.attn_norm.weight")->data();
+          const auto src = file.data(*file.find("blk.0.attn_norm.weight"));
+          EXPECT_TRUE(std::equal(norm.begin(), norm.end(), src.begin(), src.end()));
+        }
+      }
+}
+
+TEST(affine_import, metadata_order_and_file_type) {
+  TempDir dir;
+  AffineFile af(5);
+  af.add_plain("token_embd.weight", "F16", {16, 64});
+  af.add_packed("blk.0.ffn_down.weight", 4, 64, {64, 128});
+  af.add_plain("blk.0.attn_norm.weight", "F32", {64});
+  const auto file = SafetensorsFile::parse(memory_source(af.bytes(), "in.safetensors"));
+  const ImportResult r = import_safetensors(file, {});
+  ASSERT_EQ(r.plan.tensors.size(), 3u);
+  EXPECT_EQ(r.plan.tensors[0].name, "token_embd.weight");  // the order of the data
+  EXPECT_EQ(r.plan.tensors[1].name, "blk.0.ffn_down.weight");
+  EXPECT_EQ(r.plan.tensors[2].name, "blk.0.attn_norm.weight");
+  EXPECT_EQ(r.plan.metadata.find("general.file_type")->as_uint(), 3u);  // MOSTLY_Q4_1
+  EXPECT_EQ(r.plan.metadata.find("general.quantization_version")->as_uint(), 2u);
+  EXPECT_EQ(r.rows[1].action, "encode");
+  EXPECT_EQ(r.rows[1].bytes_before, 64u * 128 / 2 + 2 * 2 * 64 * 2);
+  EXPECT_EQ(r.rows[1].bytes_after, 64u * 4 * 20);
+  EXPECT_EQ(r.rows[0].action, "copy");
+  EXPECT_TRUE(r.notes.empty());
+}
+
+TEST(affine_import, proof_catches_a_value_that_changed) {
+  TempDir dir;
+  AffineFile af(9);
+  af.add_packed("w", 4, 32, {4, 64});
+  const std::string in = af.write(dir.file("in.safetensors"));
+  const auto file = SafetensorsFile::open(in);
+  const ImportResult r = import_safetensors(file, {});
+  const std::string out = dir.file("out.gguf");
+  const WriteResult w = write_plan(r.plan, out, {});
+  // Flip the low nibble of row 2's first code byte (block 4: element 128 + 0).
+  const uint64_t at = w.tensors[0].offset + 4 * 20 + 4;
+  {
+    std::fstream f(out, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekg(static_cast<std::streamoff>(at));
+    char c;
+    f.get(c);
+    c = static_cast<char>(c ^ 1);
+    f.seekp(static_cast<std::streamoff>(at));
+    f.put(c);
+  }
+  try {
+    prove_import(file, r, out);
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    const std::string msg = e.what();
+    EXPECT_EQ(msg.substr(0, msg.find(" decodes to")),
+              fmt::format("{}: tensor 'w': at byte {}: reading back: element 128 (row 2, column 0)",
+                          out, w.tensors[0].offset + 4 * 20));
+    EXPECT_NE(msg.find("but the source's code * scale + min is"), std::string::npos) << msg;
+  }
+}
+
+// --base: the base's metadata and order; the import's tensors replace those of the same name
+// (3-D routed experts of a DeepSeek-shaped model), the rest stay byte for byte.
+TEST(affine_import, replaces_tensors_of_a_base_model) {
+  TempDir dir;
+  MoeSpec s;
+  s.n_layers = 3;
+  s.n_experts = 4;
+  s.vocab = 256;
+  const std::string base_path =
+      write_plan(synth_moe_plan(uniform_types(s, GgmlType::F16)), dir.file("base.gguf"), {})
+          .paths.front();
+  const Model base = Model::open(base_path);
+  const TensorRef* up = base.find("blk.2.ffn_up_exps.weight");
+  ASSERT_NE(up, nullptr);
+  const auto& ne = up->info->shape;  // [embd, ff, experts]
+  AffineFile af(3);
+  af.add_packed("blk.2.ffn_up_exps.weight", 2, 64, {ne[2], ne[1], ne[0]});
+  af.add_plain("extra.weight", "F32", {8});
+  const std::string in = af.write(dir.file("in.safetensors"));
+  const auto file = SafetensorsFile::open(in);
+  const ImportResult r = import_safetensors(file, {std::nullopt, &base});
+  ASSERT_EQ(r.notes.size(), 1u);
+  EXPECT_EQ(r.notes[0],
+            "1 tensor of the import ('extra.weight') is not in the base: appended after its "
+            "tensors");
+  const std::string out = dir.file("out.gguf");
+  write_plan(r.plan, out, {});
+  const ImportProof proof = prove_import(file, r, out);
+  EXPECT_EQ(proof.tensors, 2u);
+  const Model m = Model::open(out);
+  ASSERT_EQ(m.tensors().size(), base.tensors().size() + 1);
+  for (size_t i = 0; i < base.tensors().size(); ++i) {
+    const TensorRef& a = base.tensors()[i];
+    const TensorRef& b = m.tensors()[i];
+    EXPECT_EQ(a.name(), b.name());
+    if (a.name() == "blk.2.ffn_up_exps.weight") {
+      EXPECT_EQ(b.info->type_id, traits(GgmlType::Q4_1).id);
+      EXPECT_TRUE(
+          same_bits(decoded(m, a.name()), AffineFile::values(af.data("blk.2.ffn_up_exps.weight"))));
+    } else {
+      EXPECT_EQ(xxh3(a.data()), xxh3(b.data())) << a.name();
+    }
+  }
+  EXPECT_EQ(m.tensors().back().name(), "extra.weight");
+  EXPECT_EQ(m.architecture(), base.architecture());
+  for (const auto& kv : base.metadata().entries())
+    EXPECT_EQ(*m.metadata().find(kv.key), kv.value) << kv.key;
+
+  // A transposed import is refused, naming both shapes.
+  AffineFile bad(3);
+  bad.add_packed("blk.2.ffn_up_exps.weight", 2, 64, {ne[2] + 1, ne[1], ne[0]});
+  const auto bf = SafetensorsFile::parse(memory_source(bad.bytes(), "t.safetensors"));
+  try {
+    (void)import_safetensors(bf, {std::nullopt, &base});
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()),
+              fmt::format("t.safetensors: tensor 'blk.2.ffn_up_exps.weight': at byte 25: shape "
+                          "[{}, {}, {}] (ggml order) here, but [{}, {}, {}] in the base {}",
+                          ne[0], ne[1], ne[2] + 1, ne[0], ne[1], ne[2], base_path));
+  }
+}
+
+// ---- the binary -------------------------------------------------------------------------
+
+TEST(affine_cli, imports_and_reports) {
+  TempDir dir;
+  AffineFile af(21);
+  af.add_packed("blk.0.ffn_gate_exps.weight", 3, 64, {2, 4, 128});
+  af.add_plain("blk.0.ffn_norm.weight", "F32", {128});
+  const std::string in = af.write(dir.file("m.safetensors"));
+  const std::string out = dir.file("m.gguf");
+  auto r = run_cli("gguf-requant", {in, "-o", out});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.err, "");
+  EXPECT_EQ(r.out,
+            fmt::format("tensor                      from           to    shape        bytes "
+                        "before  bytes after\n"
+                        "blk.0.ffn_gate_exps.weight  u3 affine g64  q4_1  [128, 4, 2]         "
+                        "448 B        640 B\n"
+                        "blk.0.ffn_norm.weight       f32            f32   [128]               "
+                        "512 B        512 B\n"
+                        "\n"
+                        "2 tensors imported (1 packed-affine, moved exactly; 1 copied byte for "
+                        "byte)\n"
+                        "size: {} -> {}\n"
+                        "wrote {}\n"
+                        "verified: every tensor read back and hashed\n"
+                        "exact: 2 imported tensors read back: 1,024 values decode to the same "
+                        "float bits as code * scale + min, 512 bytes of plain tensors equal\n",
+                        cli::human_bytes(std::filesystem::file_size(in)),
+                        cli::human_bytes(std::filesystem::file_size(out)), out));
+
+  r = run_cli("gguf-requant", {in, "-o", dir.file("m5.gguf"), "--type", "Q5_1", "--json"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["tensors"][0]["type_before"], "affine");
+  EXPECT_EQ(j["tensors"][0]["type_after"], "q5_1");
+  EXPECT_EQ(j["tensors"][0]["action"], "encode");
+  EXPECT_EQ(j["tensors"][0]["bits"], 3);
+  EXPECT_EQ(j["tensors"][0]["group"], 64);
+  EXPECT_EQ(j["tensors"][0]["lossy"], false);
+  EXPECT_EQ(j["tensors"][1]["action"], "copy");
+  EXPECT_EQ(j["exact"]["values"], 1024);
+  EXPECT_EQ(j["exact"]["bytes"], 512);
+  EXPECT_EQ(j["output"], dir.file("m5.gguf"));
+  EXPECT_EQ(j["verified"], true);
+
+  // A dry run writes nothing and proves nothing.
+  r = run_cli("gguf-requant", {in, "-o", dir.file("dry.gguf"), "--dry-run", "--json"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_TRUE(nlohmann::json::parse(r.out)["exact"].is_null());
+  EXPECT_FALSE(std::filesystem::exists(dir.file("dry.gguf")));
+}
+
+TEST(affine_cli, errors_and_usage) {
+  TempDir dir;
+  AffineFile af(22);
+  af.add_packed("w", 6, 32, {2, 64});
+  const std::string in = af.write(dir.file("six.safetensors"));
+  auto r = run_cli("gguf-requant", {in, "-o", dir.file("o.gguf")});
+  EXPECT_EQ(r.code, 1);
+  EXPECT_EQ(r.err, "gguf-requant: error: " + in +
+                       ": tensor 'w': at byte 25: cannot be moved exactly: its 6-bit codes do not "
+                       "fit q4_1 (4 bits) or q5_1 (5 bits); --type f32 holds them exactly\n");
+  EXPECT_FALSE(std::filesystem::exists(dir.file("o.gguf")));
+  EXPECT_EQ(r.out, "");
+
+  r = run_cli("gguf-requant", {in, "-o", dir.file("o.gguf"), "--type", "q8_0"});
+  EXPECT_EQ(r.code, 2);
+  r = run_cli("gguf-requant", {in, "-o", dir.file("o.gguf"), "--imatrix", in});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(r.err,
+            "gguf-requant: error: --imatrix: a packed-affine import re-encodes nothing, it moves "
+            "values\nTry 'gguf-requant --help' for more information.\n");
+  r = run_cli("gguf-requant", {in, "-o", dir.file("o.gguf"), "--role", "routed"});
+  EXPECT_EQ(r.code, 2);
+  r = run_cli("gguf-requant", {in, "-o", dir.file("o.gguf"), "--type", "f32"});
+  EXPECT_EQ(r.code, 0) << r.err;
+
+  // A GGUF input still needs --type; --base needs a safetensors input.
+  r = run_cli("gguf-requant", {dir.file("o.gguf"), "-o", dir.file("p.gguf")});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(r.err,
+            "gguf-requant: error: --type is required (the type to re-encode to)\nTry 'gguf-requant "
+            "--help' for more information.\n");
+  r = run_cli("gguf-requant",
+              {dir.file("o.gguf"), "-o", dir.file("p.gguf"), "--type", "q8_0", "--base", in});
+  EXPECT_EQ(r.code, 2);
+
+  // A damaged safetensors file named .safetensors gets the safetensors reader's message.
+  std::ofstream(dir.file("bad.safetensors")) << "xx";
+  r = run_cli("gguf-requant", {dir.file("bad.safetensors"), "-o", dir.file("q.gguf")});
+  EXPECT_EQ(r.code, 1);
+  EXPECT_EQ(r.err, "gguf-requant: error: " + dir.file("bad.safetensors") +
+                       ": at byte 0: file is 2 bytes long: a safetensors file starts with an "
+                       "8-byte header length\n");
+}
+
+}  // namespace
+}  // namespace gguf
