@@ -8,7 +8,9 @@
 #include <fstream>
 #include <limits>
 
+#include "affine_fixture.h"
 #include "ggml_ref.h"
+#include "gguf/affine.h"
 #include "gguf/file.h"
 #include "gguf/writer.h"
 #include "gguf_builder.h"
@@ -455,6 +457,58 @@ TEST(ggml_reader, agrees_on_odd_files_other_tools_may_write) {
     EXPECT_NE(g.ctx, nullptr);
     EXPECT_NE(ours(dir.file("empty.gguf")), nullptr);
   }
+}
+
+// The lossless import, judged by ggml: the file gguf-requant writes from a packed-affine
+// safetensors file loads in ggml's reader, and ggml's own q4_1 / q5_1 decoders turn the payloads
+// it loaded into exactly the floats code * scale + min (computed by the test fixture, apart from
+// the library), NaN payloads and signed zeros included.
+TEST(ggml_reader, decodes_packed_affine_imports_to_the_same_bits) {
+  GGUF_REQUIRE_GGUF_API();
+  const auto& api = GgufApi::get();
+  const auto& ggml = testing::GgmlRef::get();
+  ScratchDir dir;
+  uint64_t seed = 4000;
+  for (auto kind : {testing::AffineValues::kWeights, testing::AffineValues::kSpecial})
+    for (unsigned bits = 1; bits <= 5; ++bits)
+      for (uint64_t group : {32, 128}) {
+        testing::AffineFile af(++seed);
+        af.add_packed("blk.0.ffn_down_exps.weight", bits, group, {4, 16, 256}, kind);
+        af.add_packed("blk.0.attn_output.weight", bits, group, {33, 128}, kind);
+        af.add_plain("blk.0.attn_norm.weight", "F32", {128});
+        const std::string in = af.write(dir.file("in.safetensors"));
+        const auto file = SafetensorsFile::open(in);
+        for (auto type : {std::optional<GgmlType>(), std::optional<GgmlType>(GgmlType::Q5_1)}) {
+          SCOPED_TRACE(::testing::Message()
+                       << "bits " << bits << " group " << group << " " << (type ? "q5_1" : "auto"));
+          const ImportResult r = import_safetensors(file, {type});
+          const std::string out =
+              dir.file("out-" + std::to_string(seed) + (type ? "-q5_1" : "") + ".gguf");
+          write_plan(r.plan, out, {});
+          GgmlFile g(out, true);
+          ASSERT_NE(g.ctx, nullptr);
+          ASSERT_NE(g.data_ctx, nullptr);
+          for (const char* name : {"blk.0.ffn_down_exps.weight", "blk.0.attn_output.weight"}) {
+            const auto& d = af.data(name);
+            const int64_t id = [&] {
+              for (int64_t i = 0; i < api.get_n_tensors(g.ctx); ++i)
+                if (std::string(api.get_tensor_name(g.ctx, i)) == name) return i;
+              return int64_t{-1};
+            }();
+            ASSERT_GE(id, 0) << name;
+            const int want_type = type || bits == 5 ? 7 : 3;  // GGML_TYPE_Q5_1, GGML_TYPE_Q4_1
+            EXPECT_EQ(api.get_tensor_type(g.ctx, id), want_type);
+            void* gt = api.ggml_get_tensor(g.data_ctx, name);
+            ASSERT_NE(gt, nullptr);
+            const uint64_t n = d.rows * d.cols;
+            std::vector<float> got(n);
+            ASSERT_TRUE(ggml.dequantize_row(want_type, api.ggml_get_data(gt), got.data(),
+                                            static_cast<int64_t>(n)));
+            const auto want = testing::AffineFile::values(d);
+            EXPECT_EQ(std::memcmp(got.data(), want.data(), n * 4), 0) << name;
+          }
+        }
+      }
 }
 
 }  // namespace

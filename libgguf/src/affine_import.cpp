@@ -61,7 +61,10 @@ std::vector<PackedAffineTensor> packed_affine_tensors(const SafetensorsFile& fil
   const auto tensors = doc.find("tensors");
   if (tensors == doc.end() || !tensors->is_object())
     throw Error(path, key, at, "packed_affine has no \"tensors\" object");
-  for (const auto& [name, e] : tensors->items()) {
+  for (auto item = tensors->begin(); item != tensors->end(); ++item) {
+    // Named, not bound: lambdas below capture them (clang refuses captured bindings in C++20).
+    const std::string& name = item.key();
+    const ojson& e = item.value();
     const std::string obj = tensor_object(name);
     // A packed tensor has no entry of its own in the header: errors point at packed_affine.
     const uint64_t eat = at;
