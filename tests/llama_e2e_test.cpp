@@ -7,13 +7,17 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "cli_run.h"
+#include "gguf/fp16.h"
 #include "gguf/model.h"
 #include "gguf/plan.h"
+#include "gguf/safetensors.h"
 #include "gguf/synth.h"
 #include "gguf/types.h"
 #include "gguf/writer.h"
@@ -154,6 +158,95 @@ TEST(LlamaE2E, SplicedRoutedExpertsEqualADirectBuild) {
   EXPECT_EQ(mixed.logits, run_model(dir.file("direct.gguf")).logits);
   EXPECT_NE(mixed.logits, run_model(dir.file("base.gguf")).logits);
   EXPECT_NE(mixed.logits, run_model(dir.file("donor.gguf")).logits);
+}
+
+// An in-house 4-bit affine format (one f16 scale and min per 64 columns, as a quantizer would
+// make them here: min and (max - min) / 15 per group) for every routed expert and attention
+// projection of the model, published through gguf-requant's packed-affine import on top of
+// the f32 model: llama.cpp runs the q4_1 file, gguf-diff --values finds every value equal to
+// the f32 import of the same file (max |a - b| = 0), and the two compute nearly the same logits
+// (q4_1 matmuls quantize activations, so not bit for bit).
+TEST(LlamaE2E, PackedAffineImportRunsWithTheSameValues) {
+  GGUF_REQUIRE_LLAMA();
+  TempDir dir;
+  LlamaMoeSpec spec;
+  write_model(spec, dir.file("f32.gguf"));
+  const Model base = Model::open(dir.file("f32.gguf"));
+  std::vector<SafetensorsEntry> entries;
+  nlohmann::json packed = nlohmann::json::object();
+  constexpr uint64_t kGroup = 64;
+  for (const TensorRef& t : base.tensors()) {
+    const std::string& name = t.name();
+    if (name.find("_exps.") == std::string::npos && name.find("attn_q.") == std::string::npos &&
+        name.find("attn_output.") == std::string::npos)
+      continue;
+    const uint64_t cols = static_cast<uint64_t>(t.info->shape[0]), n = t.info->n_elements;
+    std::vector<float> w(n);
+    std::memcpy(w.data(), t.data().data(), n * 4);
+    std::vector<uint8_t> codes((n + 1) / 2);
+    std::vector<uint16_t> scales, mins;
+    for (uint64_t g = 0; g < n / kGroup; ++g) {
+      const auto [lo, hi] =
+          std::minmax_element(w.begin() + g * kGroup, w.begin() + (g + 1) * kGroup);
+      const uint16_t m = fp32_to_fp16(*lo), d = fp32_to_fp16((*hi - *lo) / 15);
+      scales.push_back(d);
+      mins.push_back(m);
+      const float fd = fp16_to_fp32(d), fm = fp16_to_fp32(m);
+      for (uint64_t i = g * kGroup; i < (g + 1) * kGroup; ++i) {
+        const int q =
+            fd > 0 ? std::clamp(static_cast<int>(std::lround((w[i] - fm) / fd)), 0, 15) : 0;
+        codes[i / 2] = static_cast<uint8_t>(codes[i / 2] | (q << (4 * (i % 2))));
+      }
+    }
+    std::vector<int64_t> shape(t.info->shape.rbegin(), t.info->shape.rend());
+    std::vector<int64_t> sshape = shape;
+    sshape.back() = static_cast<int64_t>(cols / kGroup);
+    const auto bytes16 = [](const std::vector<uint16_t>& v) {
+      std::vector<uint8_t> b(v.size() * 2);
+      std::memcpy(b.data(), v.data(), b.size());
+      return b;
+    };
+    entries.push_back({name + ".codes", "U8", {static_cast<int64_t>(codes.size())}, codes});
+    entries.push_back({name + ".scales", "F16", sshape, bytes16(scales)});
+    entries.push_back({name + ".mins", "F16", sshape, bytes16(mins)});
+    packed[name] = {{"bits", 4},
+                    {"group", kGroup},
+                    {"shape", shape},
+                    {"codes", name + ".codes"},
+                    {"scales", name + ".scales"},
+                    {"mins", name + ".mins"}};
+  }
+  ASSERT_EQ(packed.size(), static_cast<size_t>(spec.n_layers * 5));
+  const auto file = serialize_safetensors(
+      entries, {{"packed_affine", nlohmann::json{{"version", 1}, {"tensors", packed}}.dump()}});
+  const std::string in = dir.file("inhouse.safetensors");
+  {
+    std::ofstream out(in, std::ios::binary);
+    out.write(reinterpret_cast<const char*>(file.data()),
+              static_cast<std::streamsize>(file.size()));
+  }
+  for (const char* type : {"q4_1", "f32"}) {
+    const auto cli =
+        run_cli("gguf-requant", {in, "--base", dir.file("f32.gguf"), "--type", type, "-o",
+                                 dir.file(std::string("imported-") + type + ".gguf")});
+    ASSERT_EQ(cli.code, 0) << cli.err;
+  }
+  const auto diff = run_cli("gguf-diff", {"--values", "--json", dir.file("imported-q4_1.gguf"),
+                                          dir.file("imported-f32.gguf")});
+  ASSERT_EQ(diff.code, 1) << diff.err;  // the types differ
+  size_t compared = 0;
+  const auto report = nlohmann::json::parse(diff.out);
+  for (const auto& t : report["tensors"]) {
+    if (!t.contains("metrics")) continue;
+    ++compared;
+    EXPECT_EQ(t["metrics"]["max_abs"], 0.0) << t["name"];
+  }
+  EXPECT_EQ(compared, packed.size());
+  const auto q = run_model(dir.file("imported-q4_1.gguf"));
+  expect_finite_and_varied(q.logits, spec.vocab);
+  const auto f = run_model(dir.file("imported-f32.gguf"));
+  EXPECT_GT(cosine(q.logits, f.logits), 0.999);
+  EXPECT_NE(f.logits, run_model(dir.file("f32.gguf")).logits);  // it was quantized
 }
 
 // Split sets written by the tools load through their first shard, and compute what the
