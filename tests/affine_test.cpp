@@ -217,8 +217,8 @@ TEST(safetensors_malformed, gap_or_overlap) {
   EXPECT_EQ(parse_error(raw_file(R"({"a": {"dtype": "U8", "shape": [2], "data_offsets": [1, 3]}})",
                                  {0, 0, 0})),
             "m.safetensors: tensor 'a': at byte 9: data begins at byte 1 of the data section, but "
-            "the previous tensor ends at byte 0 (the ranges must follow each other with no gap or "
-            "overlap)");
+            "the first tensor's must begin at byte 0 (the ranges must follow each other with no "
+            "gap or overlap)");
 }
 
 TEST(safetensors_malformed, bytes_after_the_last_tensor) {
@@ -226,6 +226,27 @@ TEST(safetensors_malformed, bytes_after_the_last_tensor) {
                                  {0, 0, 9})),
             "m.safetensors: at byte 70: 1 bytes after the last tensor's data: the data section "
             "holds 3 bytes, its tensors 2");
+}
+
+TEST(safetensors_malformed, nul_in_the_header) {
+  // A parser reading up to the NUL would accept this header and ignore what follows it.
+  const std::string h =
+      std::string(R"({"a": {"dtype": "U8", "shape": [0], "data_offsets": [0, 0]}})") +
+      std::string(1, '\0') + " {{{ not json";
+  EXPECT_EQ(parse_error(raw_file(h)),
+            "m.safetensors: at byte 68: safetensors header holds a NUL byte");
+}
+
+// Errors point at the tensor's own entry even when its name is also a field name used
+// earlier in the header.
+TEST(safetensors_malformed, offsets_point_at_the_entry_itself) {
+  EXPECT_EQ(
+      parse_error(raw_file(
+          R"({"a": {"dtype": "U8", "shape": [1], "data_offsets": [0, 1]}, "dtype": {"dtype": "U9", "shape": [1], "data_offsets": [1, 2]}})",
+          {0, 0})),
+      "m.safetensors: tensor 'dtype': at byte 69: unknown dtype \"U9\" (expected one of "
+      "BOOL, U8, I8, F8_E5M2, F8_E4M3, F8_E8M0, I16, U16, F16, BF16, I32, U32, F32, F64, I64, "
+      "U64)");
 }
 
 // Random bytes and truncations of a valid file: an error or a file, never a crash.
@@ -358,6 +379,51 @@ TEST(packed_affine_malformed, name_of_a_plain_tensor) {
   EXPECT_EQ(import_error(af),
             "m.safetensors: tensor 'x': at byte 490: the file also holds a plain tensor of that "
             "name; a packed tensor needs a name of its own");
+}
+
+TEST(packed_affine_malformed, scales_of_another_shape) {
+  AffineFile af(1);
+  af.add_packed("w", 4, 32, {3, 64});
+  // [2, 3] holds the same six pairs as [3, 2], transposed: the wrong grouping, refused.
+  af.entries()[1].shape = {2, 3};
+  EXPECT_EQ(import_error(af),
+            "m.safetensors: tensor 'w': at byte 25: its scales tensor 'w.scales' has shape [2, "
+            "3]; a scale and a min per group of 32 columns make it [3, 2]");
+  // A 3-D tensor's pairs may be given with the rows flattened.
+  AffineFile e(1);
+  e.add_packed("x", 4, 32, {2, 3, 64});
+  e.entries()[1].shape = {6, 2};
+  e.entries()[2].shape = {6, 2};
+  EXPECT_EQ(import_error(e), "(no error)");
+  e.entries()[2].shape = {12};
+  EXPECT_EQ(import_error(e),
+            "m.safetensors: tensor 'x': at byte 25: its mins tensor 'x.mins' has shape [12]; a "
+            "scale and a min per group of 32 columns make it [2, 3, 2]");
+}
+
+TEST(packed_affine_malformed, empty_name) {
+  AffineFile af(1);
+  af.add_plain("", "F32", {4});
+  EXPECT_EQ(import_error(af),
+            "m.safetensors: tensor '': at byte 75: an empty name: a GGUF tensor needs one");
+  AffineFile p(1);
+  p.add_packed("", 4, 32, {1, 32});
+  EXPECT_EQ(import_error(p),
+            "m.safetensors: tensor '': at byte 25: an empty name: a GGUF tensor needs one");
+}
+
+TEST(affine_import, says_which_metadata_is_not_carried_over) {
+  AffineFile af(1);
+  af.add_packed("w", 4, 32, {1, 32});
+  const nlohmann::json meta = {{"version", 1}, {"tensors", af.packed_json()}};
+  const auto bytes = serialize_safetensors(
+      af.entries(), {{"format", "pt"}, {"packed_affine", meta.dump()}, {"author", "x"}});
+  const auto f = parse_bytes(bytes);
+  const ImportResult r = import_safetensors(f, {});
+  ASSERT_EQ(r.notes.size(), 1u);
+  EXPECT_EQ(r.notes[0],
+            "2 __metadata__ keys besides packed_affine are not carried over (GGUF keys come from "
+            "--base)");
 }
 
 // ---- what cannot be moved exactly: an error naming the tensor, never a lossy fallback ------
@@ -597,6 +663,37 @@ TEST(affine_import, replaces_tensors_of_a_base_model) {
   }
 }
 
+// Work goes by element ranges, not rows: one row of 528000 elements (several pieces, one
+// partial) and a 1-D tensor come out exact, and the bytes do not depend on the thread count.
+TEST(affine_import, long_rows_and_threads) {
+  TempDir dir;
+  AffineFile af(77);
+  af.add_packed("long", 3, 96, {1, 96 * 5500});
+  af.add_packed("flat", 5, 32, {4096});
+  const std::string in = af.write(dir.file("in.safetensors"));
+  const auto file = SafetensorsFile::open(in);
+  for (unsigned threads : {1u, 2u}) {
+    for (auto type : {std::optional<GgmlType>(), std::optional<GgmlType>(GgmlType::F32)}) {
+      const ImportResult r = import_safetensors(file, {type, nullptr, threads});
+      const std::string out =
+          dir.file(fmt::format("out-{}-{}.gguf", threads, type ? "f32" : "auto"));
+      write_plan(r.plan, out, {});
+      const ImportProof proof = prove_import(file, r, out, threads);
+      EXPECT_EQ(proof.values, 96u * 5500 + 4096);
+      const Model m = Model::open(out);
+      EXPECT_TRUE(same_bits(decoded(m, "long"), AffineFile::values(af.data("long"))));
+      EXPECT_TRUE(same_bits(decoded(m, "flat"), AffineFile::values(af.data("flat"))));
+      EXPECT_EQ(m.find("flat")->info->shape, (std::vector<int64_t>{4096}));
+    }
+  }
+  for (const char* t : {"auto", "f32"}) {
+    const auto a = Model::open(dir.file(fmt::format("out-1-{}.gguf", t)));
+    const auto b = Model::open(dir.file(fmt::format("out-2-{}.gguf", t)));
+    for (const char* name : {"long", "flat"})
+      EXPECT_EQ(xxh3(a.find(name)->data()), xxh3(b.find(name)->data())) << name;
+  }
+}
+
 // ---- the binary -------------------------------------------------------------------------
 
 TEST(affine_cli, imports_and_reports) {
@@ -641,6 +738,14 @@ TEST(affine_cli, imports_and_reports) {
   EXPECT_EQ(j["exact"]["bytes"], 512);
   EXPECT_EQ(j["output"], dir.file("m5.gguf"));
   EXPECT_EQ(j["verified"], true);
+
+  // --no-verify skips the proof with the hash check, and says so.
+  r = run_cli("gguf-requant", {in, "-o", dir.file("nv.gguf"), "--no-verify"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("\nexact: not proven (--no-verify): the output was not read back\n"),
+            std::string::npos)
+      << r.out;
+  EXPECT_EQ(r.out.find("verified:"), std::string::npos) << r.out;
 
   // A dry run writes nothing and proves nothing.
   r = run_cli("gguf-requant", {in, "-o", dir.file("dry.gguf"), "--dry-run", "--json"});

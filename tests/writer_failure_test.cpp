@@ -206,6 +206,39 @@ TEST(writer, throwing_producer_leaves_nothing) {
   EXPECT_TRUE(dir.entries().empty());
 }
 
+// A check run before the commit (WriteOptions::before_commit) sees the written files as one
+// model; when it throws, nothing reaches the output path and a file replaced with --force
+// stays as it was, split sets included. Without --no-verify and with it.
+TEST(writer, failing_check_before_commit_keeps_the_old_output) {
+  ScratchDir dir;
+  const std::string out = dir.file("out.gguf");
+  write_plan(small_plan(1), out, {});
+  const std::string old = read_all(out);
+  for (bool verify : {true, false})
+    for (uint64_t split : {uint64_t{0}, uint64_t{1}}) {
+      WriteOptions o;
+      o.force = true;
+      o.verify = verify;
+      o.split_max_tensors = split;
+      size_t seen = 0;
+      o.before_commit = [&](const Model& m) {
+        seen = m.tensors().size();
+        EXPECT_EQ(m.find("b")->data().size(), 68u);
+        throw Error(out, "tensor 'b'", std::nullopt, "the check says no");
+      };
+      EXPECT_EQ(error_of(small_plan(2), out, o), out + ": tensor 'b': the check says no");
+      EXPECT_EQ(seen, 2u);
+      EXPECT_EQ(dir.entries(), std::vector<std::string>{"out.gguf"});
+      EXPECT_EQ(read_all(out), old);
+    }
+  // A check that passes lets the write through.
+  WriteOptions o;
+  o.force = true;
+  o.before_commit = [](const Model&) {};
+  write_plan(small_plan(2), out, o);
+  EXPECT_NE(read_all(out), old);
+}
+
 // --force over an existing split set: when a rename fails halfway (here the third shard's
 // path became a directory after the checks), the shards already renamed give their paths
 // back to the old ones, and nothing else is left behind.

@@ -33,7 +33,8 @@ int main(int argc, char** argv) {
                                                  "show the plan, write nothing")(
         "json", po::bool_switch(&json), "print the report as one JSON document")(
         "force", po::bool_switch(&force), "replace an existing output")(
-        "no-verify", po::bool_switch(&no_verify), "skip reading the output back")(
+        "no-verify", po::bool_switch(&no_verify),
+        "skip reading the output back (for an import: and the proof of exactness)")(
         "split-max-size", po::value(&split_size),
         "write a split set, shards at most this big (e.g. 4G)")(
         "split-max-tensors",
@@ -73,7 +74,7 @@ int main(int argc, char** argv) {
       std::optional<gguf::Model> base;
       if (!base_path.empty()) base = gguf::Model::open(base_path);
       const gguf::ImportResult result =
-          gguf::import_safetensors(file, {t, base ? &*base : nullptr});
+          gguf::import_safetensors(file, {t, base ? &*base : nullptr, threads});
       for (const auto& note : result.notes) fmt::print(stderr, "gguf-requant: note: {}\n", note);
       wo.inputs = result.inputs;
       std::optional<gguf::WriteResult> written;
@@ -81,10 +82,17 @@ int main(int argc, char** argv) {
       if (dry_run) {
         gguf::check_plan(result.plan, out, wo);
       } else {
+        // The proof reads the written files before they reach their paths: a difference
+        // leaves nothing behind. --no-verify skips it with the hash check.
+        if (!no_verify) {
+          const auto names = gguf::check_plan(result.plan, out, wo);
+          wo.before_commit = [&, names](const gguf::Model& m) {
+            proof = gguf::prove_import(file, result, m, threads, names);
+          };
+        }
         gguf::cli::Progress progress("import");
         wo.progress = progress.callback();
         written = gguf::write_plan(result.plan, out, wo);
-        proof = gguf::prove_import(file, result, written->paths.front());
       }
       const gguf::WriteResult* w = written ? &*written : nullptr;
       const gguf::ImportProof* p = proof ? &*proof : nullptr;

@@ -1,10 +1,13 @@
 // Packed-affine safetensors → GGUF: the metadata checks, the plan, and the proof by reading
 // the written file back.
 #include <fmt/format.h>
+#include <tbb/global_control.h>
+#include <tbb/parallel_for.h>
 
 #include <algorithm>
 #include <cstring>
 #include <map>
+#include <mutex>
 #include <set>
 
 #include "gguf/affine.h"
@@ -24,6 +27,32 @@ using ojson = nlohmann::ordered_json;
 
 std::string shape_text(const std::vector<int64_t>& s) {
   return fmt::format("[{}]", fmt::join(s, ", "));
+}
+
+// The payload of a packed tensor as `type`, made in units of one block (q4_1, q5_1) or one
+// element (f32), about 8 MiB at a time, split across threads.
+Producer affine_producer(const SafetensorsFile& file, const PackedAffineTensor& t, GgmlType type,
+                         unsigned threads) {
+  const uint64_t unit = type == GgmlType::F32 ? 1 : 32;
+  const uint64_t unit_bytes = type == GgmlType::F32 ? 4 : traits(type).type_size;
+  const SafetensorsFile* f = &file;
+  const PackedAffineTensor* pt = &t;
+  return make_row_producer(
+      unit_bytes, static_cast<int64_t>(t.rows * t.cols / unit), t.name,
+      [f, pt, type, unit, unit_bytes, threads](int64_t first, int64_t count, uint8_t* out) {
+        constexpr uint64_t kPerTask = uint64_t{1} << 18;  // elements
+        const uint64_t units_per_task = std::max<uint64_t>(1, kPerTask / unit);
+        const uint64_t tasks = (static_cast<uint64_t>(count) + units_per_task - 1) / units_per_task;
+        tbb::global_control limit(tbb::global_control::max_allowed_parallelism,
+                                  std::max(1u, threads));
+        tbb::parallel_for(uint64_t{0}, tasks, [&](uint64_t k) {
+          const uint64_t u0 = static_cast<uint64_t>(first) + k * units_per_task;
+          const uint64_t n = std::min(units_per_task, static_cast<uint64_t>(first + count) - u0);
+          affine_to_type(*f, *pt, type, u0 * unit, n * unit,
+                         {out + (u0 - static_cast<uint64_t>(first)) * unit_bytes,
+                          static_cast<size_t>(n * unit_bytes)});
+        });
+      });
 }
 
 // ggml ne order (innermost first) of a row-major shape; a scalar is one element.
@@ -50,7 +79,7 @@ std::vector<PackedAffineTensor> packed_affine_tensors(const SafetensorsFile& fil
   if (!text) return out;
   const std::string& path = file.path();
   const std::string key = key_object("packed_affine");
-  const uint64_t at = file.entry_offset("packed_affine");
+  const uint64_t at = file.entry_offset("packed_affine", 2);
   const ojson doc = detail::parse_json_checked(*text, path, key, at, 6, "packed_affine");
   if (!doc.is_object()) throw Error(path, key, at, "packed_affine is not a JSON object");
   const auto version = doc.find("version");
@@ -124,6 +153,18 @@ std::vector<PackedAffineTensor> packed_affine_tensors(const SafetensorsFile& fil
     const uint64_t pairs = t.rows * (t.cols / t.group);  // no overflow: at most n
     t.scales = member("scales", "F16", 2 * pairs);
     t.mins = member("mins", "F16", 2 * pairs);
+    // One pair per group of each row: the shape with the columns counted in groups, or the
+    // rows flattened ([rows, cols / group]); a transposed layout would group the wrong values.
+    std::vector<int64_t> by_group = t.shape;
+    by_group.back() = static_cast<int64_t>(t.cols / t.group);
+    const std::vector<int64_t> flat = {static_cast<int64_t>(t.rows), by_group.back()};
+    for (const SafetensorsTensor* st : {t.scales, t.mins})
+      if (st->shape != by_group && st->shape != flat)
+        fail(fmt::format(
+            "its {} tensor '{}' has shape {}; a scale and a min per group of {} "
+            "columns make it {}",
+            st == t.scales ? "scales" : "mins", escape_for_terminal(st->name.substr(0, 100)),
+            shape_text(st->shape), t.group, shape_text(by_group)));
     if (const auto* plain = file.find(name))
       throw Error(
           path, obj, file.entry_offset(plain->name),
@@ -183,16 +224,8 @@ ImportResult import_safetensors(const SafetensorsFile& file, const ImportOptions
         row.bits = t->bits;
         row.group = t->group;
         row.packed = t;
-        const SafetensorsFile* f = &file;
-        const GgmlType ty = *type;
-        tensors.push_back(
-            {t->name, row.type_after, row.shape, row.bytes_after,
-             make_row_producer(rb, static_cast<int64_t>(t->rows), t->name,
-                               [f, t, ty, rb](int64_t first, int64_t count, uint8_t* out) {
-                                 affine_to_type(*f, *t, ty, static_cast<uint64_t>(first),
-                                                static_cast<uint64_t>(count),
-                                                {out, static_cast<size_t>(count) * rb});
-                               })});
+        tensors.push_back({t->name, row.type_after, row.shape, row.bytes_after,
+                           affine_producer(file, *t, *type, o.threads)});
         rows.push_back(std::move(row));
       }
       continue;
@@ -224,12 +257,16 @@ ImportResult import_safetensors(const SafetensorsFile& file, const ImportOptions
   const auto offset_of = [&](const ImportRow& row) {
     return row.packed ? row.packed->entry_offset : file.entry_offset(row.name);
   };
-  for (const auto& row : rows)
+  for (const auto& row : rows) {
+    if (row.name.empty())
+      throw Error(path, tensor_object(row.name), offset_of(row),
+                  "an empty name: a GGUF tensor needs one");
     if (row.name.size() > kMaxNameBytes)
       throw Error(path, tensor_object(row.name), offset_of(row),
                   fmt::format("its name is {} bytes long; GGUF tensor names (ggml's) are at most "
                               "{}",
                               row.name.size(), kMaxNameBytes));
+  }
 
   if (!o.base) {
     r.plan.tensors = std::move(tensors);
@@ -282,6 +319,12 @@ ImportResult import_safetensors(const SafetensorsFile& file, const ImportOptions
           escape_for_terminal(first_extra), extra == 1 ? "is" : "are"));
   }
   if (r.rows.empty()) throw Error(path, {}, std::nullopt, "the file holds no tensor to import");
+  if (const size_t other = file.metadata().size() - (file.metadata_value("packed_affine") ? 1 : 0);
+      other > 0)
+    r.notes.push_back(fmt::format(
+        "{} __metadata__ key{} besides packed_affine {} not carried over (GGUF keys come from "
+        "--base)",
+        other, other == 1 ? "" : "s", other == 1 ? "is" : "are"));
   size_t n_packed = 0;
   for (const auto& row : r.rows) n_packed += row.packed != nullptr;
   if (n_packed == 0)
@@ -311,17 +354,22 @@ std::string float_text(float f) {
 
 }  // namespace
 
-ImportProof prove_import(const SafetensorsFile& file, const ImportResult& result,
-                         const std::string& output_path) {
-  const Model out = Model::open(output_path);
+ImportProof prove_import(const SafetensorsFile& file, const ImportResult& result, const Model& out,
+                         unsigned threads, std::span<const std::string> names) {
+  const auto name_of = [&](const TensorRef& t) {
+    return t.shard < names.size() ? names[t.shard] : t.file->path();
+  };
   ImportProof proof;
   for (const ImportRow& row : result.rows) {
     if (row.from_base) continue;
     const TensorRef* t = out.find(row.name);
     const std::string obj = tensor_object(row.name);
-    if (!t) throw Error(out.path(), obj, std::nullopt, "reading back: the tensor is missing");
+    if (!t)
+      throw Error(names.empty() ? out.path() : names[0], obj, std::nullopt,
+                  "reading back: the tensor is missing");
+    const std::string path = name_of(*t);
     if (t->info->type_id != row.type_after || t->info->shape != row.shape)
-      throw Error(t->file->path(), obj, t->info->info_offset,
+      throw Error(path, obj, t->info->info_offset,
                   fmt::format("reading back: {} {} where {} {} was written",
                               type_name(t->info->type_id), shape_text(t->info->shape),
                               type_name(row.type_after), shape_text(row.shape)));
@@ -330,39 +378,58 @@ ImportProof prove_import(const SafetensorsFile& file, const ImportResult& result
     if (row.plain) {
       const auto src = file.data(*row.plain);
       if (src.size() != data.size() || std::memcmp(src.data(), data.data(), src.size()) != 0)
-        throw Error(t->file->path(), obj, t->data_start(),
+        throw Error(path, obj, t->data_start(),
                     "reading back: the payload differs from the safetensors tensor's bytes");
       proof.bytes += src.size();
       t->file->source().release(t->data_start(), data.size());
+      file.source().release(row.plain->begin, src.size());
       continue;
     }
+    // In pieces of 2^18 elements (whole blocks), on `threads` workers; the first difference
+    // (lowest element) is reported.
     const PackedAffineTensor& p = *row.packed;
     const auto type = static_cast<GgmlType>(row.type_after);
-    const uint64_t rb = *row_bytes(type, p.cols);
-    const uint64_t per = std::max<uint64_t>(1, (uint64_t{1} << 20) / p.cols);
-    std::vector<float> got, want;
-    for (uint64_t r0 = 0; r0 < p.rows; r0 += per) {
-      const uint64_t n = std::min(per, p.rows - r0);
-      got.resize(static_cast<size_t>(n * p.cols));
-      want.resize(got.size());
-      dequantize(type, data.subspan(static_cast<size_t>(r0 * rb), static_cast<size_t>(n * rb)),
+    const uint64_t unit = type == GgmlType::F32 ? 1 : 32;
+    const uint64_t unit_bytes = type == GgmlType::F32 ? 4 : traits(type).type_size;
+    const uint64_t n = p.rows * p.cols;
+    constexpr uint64_t kPiece = uint64_t{1} << 18;  // a multiple of 32
+    const uint64_t pieces = (n + kPiece - 1) / kPiece;
+    std::mutex mu;
+    uint64_t bad = UINT64_MAX;
+    float bad_got = 0, bad_want = 0;
+    tbb::global_control limit(tbb::global_control::max_allowed_parallelism, std::max(1u, threads));
+    tbb::parallel_for(uint64_t{0}, pieces, [&](uint64_t k) {
+      const uint64_t e0 = k * kPiece, m = std::min(kPiece, n - e0);
+      std::vector<float> got(m), want(m);
+      dequantize(type,
+                 data.subspan(static_cast<size_t>(e0 / unit * unit_bytes),
+                              static_cast<size_t>(m / unit * unit_bytes)),
                  got);
-      affine_values(file, p, r0, n, want);
-      if (std::memcmp(got.data(), want.data(), got.size() * 4) != 0) {
+      affine_values(file, p, e0, m, want);
+      if (std::memcmp(got.data(), want.data(), m * 4) != 0) {
         size_t i = 0;
         while (std::memcmp(&got[i], &want[i], 4) == 0) ++i;
-        const uint64_t row_i = r0 + i / p.cols, col = i % p.cols;
-        throw Error(
-            t->file->path(), obj, t->data_start() + row_i * rb + col / 32 * (rb * 32 / p.cols),
-            fmt::format("reading back: element {} (row {}, column {}) decodes to {}, but "
-                        "the source's code * scale + min is {}",
-                        row_i * p.cols + col, row_i, col, float_text(got[i]), float_text(want[i])));
+        std::lock_guard lock(mu);
+        if (e0 + i < bad) bad = e0 + i, bad_got = got[i], bad_want = want[i];
       }
-      proof.values += got.size();
-      t->file->source().release(t->data_start() + r0 * rb, n * rb);
+      t->file->source().release(t->data_start() + e0 / unit * unit_bytes, m / unit * unit_bytes);
+      release_affine_input(file, p, e0, m);
+    });
+    if (bad != UINT64_MAX) {
+      const uint64_t row_i = bad / p.cols, col = bad % p.cols;
+      throw Error(path, obj, t->data_start() + bad / unit * unit_bytes,
+                  fmt::format("reading back: element {} (row {}, column {}) decodes to {}, but "
+                              "the source's code * scale + min is {}",
+                              bad, row_i, col, float_text(bad_got), float_text(bad_want)));
     }
+    proof.values += n;
   }
   return proof;
+}
+
+ImportProof prove_import(const SafetensorsFile& file, const ImportResult& result,
+                         const std::string& output_path, unsigned threads) {
+  return prove_import(file, result, Model::open(output_path), threads);
 }
 
 }  // namespace gguf

@@ -50,6 +50,7 @@ std::string render_import_text(const ImportResult& r, const WriteResult* written
     for (const auto& p : written->paths) out += fmt::format("wrote {}\n", escape_for_terminal(p));
     if (written->verified) out += "verified: every tensor read back and hashed\n";
   }
+  if (written && !proof) out += "exact: not proven (--no-verify): the output was not read back\n";
   if (proof)
     out += fmt::format(
         "exact: {} imported tensor{} read back: {} values decode to the same float bits as code "

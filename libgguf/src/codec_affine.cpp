@@ -1,7 +1,10 @@
 // Packed-affine values and their exact q4_1 / q5_1 / f32 form. Built with -ffp-contract=off
 // (a codec file): the definition code * scale + min is two roundings, never one fused.
+// Work is done in element ranges (not rows), so a tensor of one 400M-element row is handled in
+// bounded pieces like any other.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include "gguf/affine.h"
@@ -12,18 +15,34 @@
 namespace gguf {
 namespace {
 
-// The bits-bit code at stream bit p (least significant bit first). The caller guarantees
-// p + bits <= 8 * bytes.size().
-inline unsigned code_at(std::span<const uint8_t> c, uint64_t p, unsigned bits) {
-  const uint64_t k = p >> 3;
+inline uint16_t u16_at(std::span<const uint8_t> b, uint64_t i) {
+  return static_cast<uint16_t>(b[2 * i] | (b[2 * i + 1] << 8));
+}
+
+// The bits-bit code of element i (stream bits [i * bits, (i + 1) * bits), least significant
+// bit first); the caller guarantees they lie inside c.
+inline unsigned code_at(std::span<const uint8_t> c, uint64_t i, unsigned bits) {
+  const uint64_t p = i * bits, k = p >> 3;
   const unsigned sh = static_cast<unsigned>(p & 7);
   unsigned v = static_cast<unsigned>(c[k]) >> sh;
   if (sh + bits > 8) v |= static_cast<unsigned>(c[k + 1]) << (8 - sh);
   return v & ((1u << bits) - 1);
 }
 
-inline uint16_t u16_at(std::span<const uint8_t> b, uint64_t i) {
-  return static_cast<uint16_t>(b[2 * i] | (b[2 * i + 1] << 8));
+// Codes of elements [first, first + count) into out. Eight codes starting at an element that
+// is a multiple of 8 fill exactly `bits` whole bytes, read at once; the rest one by one.
+void unpack_codes(std::span<const uint8_t> c, unsigned bits, uint64_t first, uint64_t count,
+                  uint8_t* out) {
+  uint64_t i = first;
+  const uint64_t end = first + count;
+  for (; i < end && i % 8 != 0; ++i) *out++ = static_cast<uint8_t>(code_at(c, i, bits));
+  const uint64_t mask = (uint64_t{1} << bits) - 1;
+  for (; i + 8 <= end; i += 8) {
+    uint64_t w = 0;
+    std::memcpy(&w, c.data() + i / 8 * bits, bits);  // little-endian host (static_assert'ed)
+    for (unsigned j = 0; j < 8; ++j) *out++ = static_cast<uint8_t>((w >> (j * bits)) & mask);
+  }
+  for (; i < end; ++i) *out++ = static_cast<uint8_t>(code_at(c, i, bits));
 }
 
 struct Views {
@@ -34,41 +53,52 @@ Views views(const SafetensorsFile& f, const PackedAffineTensor& t) {
   return {f.data(*t.codes), f.data(*t.scales), f.data(*t.mins)};
 }
 
-void check_rows(const PackedAffineTensor& t, uint64_t first, uint64_t count, size_t out_size,
-                uint64_t per_row) {
-  if (first > t.rows || count > t.rows - first || out_size != count * per_row)
-    throw Error(fmt::format("affine rows {}+{} of '{}' out of range or wrong buffer", first, count,
-                            t.name));
+void check_range(const PackedAffineTensor& t, uint64_t first, uint64_t count) {
+  const uint64_t n = t.rows * t.cols;
+  if (first > n || count > n - first)
+    throw Error(fmt::format("elements {}+{} of '{}' are out of range", first, count, t.name));
 }
 
-// The stream bits of rows [first, first + count) lie in their own bytes: hand those pages back
-// once used, so a 100 GB import keeps a bounded resident set.
-void release_rows(const SafetensorsFile& f, const PackedAffineTensor& t, uint64_t first,
-                  uint64_t count) {
-  const uint64_t b0 = first * t.cols * t.bits / 8, b1 = ((first + count) * t.cols * t.bits + 7) / 8;
-  f.source().release(t.codes->begin + b0, b1 - b0);
-  const uint64_t g = t.cols / t.group;
-  f.source().release(t.scales->begin + 2 * first * g, 2 * count * g);
-  f.source().release(t.mins->begin + 2 * first * g, 2 * count * g);
+// The scale/min pair of element i.
+inline uint64_t pair_of(const PackedAffineTensor& t, uint64_t i) {
+  return i / t.cols * (t.cols / t.group) + i % t.cols / t.group;
 }
 
 }  // namespace
 
+void release_affine_input(const SafetensorsFile& f, const PackedAffineTensor& t, uint64_t first,
+                          uint64_t count) {
+  if (count == 0) return;
+  const uint64_t b0 = first * t.bits / 8, b1 = ((first + count) * t.bits + 7) / 8;
+  f.source().release(t.codes->begin + b0, b1 - b0);
+  const uint64_t p0 = pair_of(t, first), p1 = pair_of(t, first + count - 1) + 1;
+  f.source().release(t.scales->begin + 2 * p0, 2 * (p1 - p0));
+  f.source().release(t.mins->begin + 2 * p0, 2 * (p1 - p0));
+}
+
 void affine_values(const SafetensorsFile& file, const PackedAffineTensor& t, uint64_t first,
                    uint64_t count, std::span<float> out) {
-  check_rows(t, first, count, out.size(), t.cols);
+  check_range(t, first, count);
+  if (out.size() != count) throw Error(fmt::format("affine_values: buffer of {}", out.size()));
   const Views v = views(file, t);
-  const uint64_t groups = t.cols / t.group;
-  for (uint64_t r = 0; r < count; ++r) {
-    const uint64_t row = first + r;
-    for (uint64_t c = 0; c < t.cols; ++c) {
-      const uint64_t i = row * t.cols + c, g = row * groups + c / t.group;
-      const float scale = fp16_to_fp32(u16_at(v.scales, g));
-      const float min = fp16_to_fp32(u16_at(v.mins, g));
-      const float code = static_cast<float>(code_at(v.codes, i * t.bits, t.bits));
-      const float product = code * scale;
-      out[r * t.cols + c] = product + min;
+  constexpr uint64_t kPiece = 4096;
+  uint8_t codes[kPiece];
+  uint64_t g = UINT64_MAX;
+  float scale = 0, min = 0;
+  for (uint64_t done = 0; done < count;) {
+    const uint64_t n = std::min(kPiece, count - done);
+    unpack_codes(v.codes, t.bits, first + done, n, codes);
+    for (uint64_t k = 0; k < n; ++k) {
+      const uint64_t i = first + done + k;
+      if (const uint64_t gi = pair_of(t, i); gi != g) {
+        g = gi;
+        scale = fp16_to_fp32(u16_at(v.scales, g));
+        min = fp16_to_fp32(u16_at(v.mins, g));
+      }
+      const float product = static_cast<float>(codes[k]) * scale;
+      out[done + k] = product + min;
     }
+    done += n;
   }
 }
 
@@ -88,7 +118,7 @@ std::optional<GgmlType> affine_target(const PackedAffineTensor& t,
         t.group);
     return std::nullopt;
   }
-  const unsigned room = requested == GgmlType::Q5_1 ? 5 : requested == GgmlType::Q4_1 ? 4 : 5;
+  const unsigned room = requested == GgmlType::Q4_1 ? 4 : 5;
   if (t.bits > room) {
     why = requested ? fmt::format("its {}-bit codes do not fit {}'s {}-bit codes{}", t.bits,
                                   traits(*requested).name, room,
@@ -108,41 +138,46 @@ void affine_to_type(const SafetensorsFile& file, const PackedAffineTensor& t, Gg
                     uint64_t first, uint64_t count, std::span<uint8_t> out) {
   std::string why;
   if (affine_target(t, type, why) != type) throw Error({}, tensor_object(t.name), {}, why);
+  check_range(t, first, count);
   if (type == GgmlType::F32) {
-    check_rows(t, first, count, out.size(), t.cols * 4);
-    std::vector<float> values(static_cast<size_t>(count * t.cols));
-    affine_values(file, t, first, count, values);
-    std::memcpy(out.data(), values.data(), out.size());
-    release_rows(file, t, first, count);
+    if (out.size() != 4 * count)
+      throw Error(fmt::format("affine_to_type: buffer of {} bytes", out.size()));
+    constexpr uint64_t kPiece = 4096;
+    float values[kPiece];
+    for (uint64_t done = 0; done < count; done += kPiece) {
+      const uint64_t n = std::min(kPiece, count - done);
+      affine_values(file, t, first + done, n, {values, n});
+      std::memcpy(out.data() + 4 * done, values, 4 * n);
+    }
+    release_affine_input(file, t, first, count);
     return;
   }
   const bool q5 = type == GgmlType::Q5_1;
-  const uint64_t block_bytes = q5 ? 24 : 20, blocks = t.cols / 32, groups = t.cols / t.group;
-  check_rows(t, first, count, out.size(), blocks * block_bytes);
+  const uint64_t block_bytes = q5 ? 24 : 20;
+  if (first % 32 != 0 || count % 32 != 0 || out.size() != count / 32 * block_bytes)
+    throw Error(
+        fmt::format("affine_to_type: elements {}+{} into {} bytes", first, count, out.size()));
   const Views v = views(file, t);
   uint8_t* o = out.data();
-  for (uint64_t r = 0; r < count; ++r) {
-    const uint64_t row = first + r;
-    for (uint64_t b = 0; b < blocks; ++b, o += block_bytes) {
-      const uint64_t g = row * groups + b * 32 / t.group;
-      const uint64_t i0 = row * t.cols + b * 32;
-      // d and m: the group's f16 scale and min, bit for bit.
-      std::memcpy(o, v.scales.data() + 2 * g, 2);
-      std::memcpy(o + 2, v.mins.data() + 2 * g, 2);
-      uint8_t* qs = o + (q5 ? 8 : 4);
-      uint32_t qh = 0;
-      for (unsigned j = 0; j < 16; ++j) {
-        const unsigned lo = code_at(v.codes, (i0 + j) * t.bits, t.bits);
-        const unsigned hi = code_at(v.codes, (i0 + j + 16) * t.bits, t.bits);
-        qs[j] = static_cast<uint8_t>((lo & 15) | ((hi & 15) << 4));
-        qh |= ((lo >> 4) & 1u) << j;
-        qh |= ((hi >> 4) & 1u) << (j + 16);
-      }
-      if (q5)
-        for (int k = 0; k < 4; ++k) o[4 + k] = static_cast<uint8_t>(qh >> (8 * k));
+  uint8_t codes[32];
+  for (uint64_t i0 = first; i0 < first + count; i0 += 32, o += block_bytes) {
+    // A block lies in one group (the group is a multiple of 32): its scale and min, bit for bit.
+    const uint64_t g = pair_of(t, i0);
+    std::memcpy(o, v.scales.data() + 2 * g, 2);
+    std::memcpy(o + 2, v.mins.data() + 2 * g, 2);
+    unpack_codes(v.codes, t.bits, i0, 32, codes);
+    uint8_t* qs = o + (q5 ? 8 : 4);
+    uint32_t qh = 0;
+    for (unsigned j = 0; j < 16; ++j) {
+      const unsigned lo = codes[j], hi = codes[j + 16];
+      qs[j] = static_cast<uint8_t>((lo & 15) | ((hi & 15) << 4));
+      qh |= ((lo >> 4) & 1u) << j;
+      qh |= ((hi >> 4) & 1u) << (j + 16);
     }
+    if (q5)
+      for (int k = 0; k < 4; ++k) o[4 + k] = static_cast<uint8_t>(qh >> (8 * k));
   }
-  release_rows(file, t, first, count);
+  release_affine_input(file, t, first, count);
 }
 
 }  // namespace gguf

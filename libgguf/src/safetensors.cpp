@@ -32,12 +32,31 @@ uint64_t read_u64le(std::span<const uint8_t> b) {
   return v;
 }
 
-// The offset in the file of a tensor's entry in the header (where its quoted name appears),
-// or of the header itself when the name cannot be found as written.
-uint64_t find_entry(std::string_view header, const std::string& name) {
+// The offset in the file of the key `name` at nesting depth `depth` of the header (1: the
+// header's own keys, tensors and __metadata__; 2: the keys inside them), compared as written
+// with JSON's usual escapes; or of the header itself when it is not found so. Only errors call
+// this: it scans the header.
+uint64_t find_entry(std::string_view h, const std::string& name, int depth = 1) {
   const std::string quoted = ojson(name).dump(-1, ' ', false, ojson::error_handler_t::replace);
-  const size_t at = header.find(quoted);
-  return 8 + (at == std::string_view::npos ? 0 : at);
+  int level = 0;
+  for (size_t i = 0; i < h.size(); ++i) {
+    const char c = h[i];
+    if (c == '"') {
+      size_t j = i + 1;
+      while (j < h.size() && h[j] != '"') j += h[j] == '\\' ? 2 : 1;
+      if (j >= h.size()) break;
+      size_t k = j + 1;
+      while (k < h.size() && (h[k] == ' ' || h[k] == '\t' || h[k] == '\n' || h[k] == '\r')) ++k;
+      if (level == depth && k < h.size() && h[k] == ':' && h.substr(i, j + 1 - i) == quoted)
+        return 8 + i;
+      i = j;
+    } else if (c == '{' || c == '[') {
+      ++level;
+    } else if (c == '}' || c == ']') {
+      --level;
+    }
+  }
+  return 8;
 }
 
 }  // namespace
@@ -143,6 +162,10 @@ SafetensorsFile SafetensorsFile::parse(std::shared_ptr<const ByteSource> source)
   if (header.empty() || header.front() != '{')
     throw Error(path, {}, 8, "safetensors header does not start with '{'");
   if (!is_valid_utf8(header)) throw Error(path, {}, 8, "safetensors header is not valid UTF-8");
+  // JSON has no NUL outside strings (and escapes it inside); a parser reading up to a NUL
+  // would take what follows for nothing.
+  if (const size_t z = header.find('\0'); z != std::string_view::npos)
+    throw Error(path, {}, 8 + z, "safetensors header holds a NUL byte");
   f.header_bytes_ = n;
   const ojson doc =
       detail::parse_json_checked(header, path, {}, 8, kMaxDepth, "safetensors header");
@@ -150,15 +173,17 @@ SafetensorsFile SafetensorsFile::parse(std::shared_ptr<const ByteSource> source)
 
   const uint64_t data_start = 8 + n;
   const uint64_t data_bytes = size - data_start;
-  for (const auto& [name, v] : doc.items()) {
-    const uint64_t at = find_entry(header, name);
+  for (auto item = doc.begin(); item != doc.end(); ++item) {
+    const std::string& name = item.key();
+    const ojson& v = item.value();
+    const auto at = [&] { return find_entry(header, name); };
     if (name == "__metadata__") {
       if (!v.is_object())
-        throw Error(path, key_object("__metadata__"), at,
+        throw Error(path, key_object("__metadata__"), at(),
                     fmt::format("expected an object of strings, found {}", json_kind(v)));
       for (const auto& [k, s] : v.items()) {
         if (!s.is_string())
-          throw Error(path, key_object(k), find_entry(header, k),
+          throw Error(path, key_object(k), find_entry(header, k, 2),
                       fmt::format("__metadata__ values must be strings, found {}", json_kind(s)));
         f.metadata_.emplace_back(k, s.get<std::string>());
       }
@@ -166,28 +191,28 @@ SafetensorsFile SafetensorsFile::parse(std::shared_ptr<const ByteSource> source)
     }
     const std::string obj = tensor_object(name);
     if (!v.is_object())
-      throw Error(path, obj, at, fmt::format("expected an object, found {}", json_kind(v)));
+      throw Error(path, obj, at(), fmt::format("expected an object, found {}", json_kind(v)));
     SafetensorsTensor t;
     t.name = name;
     const auto dtype = v.find("dtype");
     if (dtype == v.end() || !dtype->is_string())
-      throw Error(path, obj, at, "expected \"dtype\", a string");
+      throw Error(path, obj, at(), "expected \"dtype\", a string");
     t.dtype = dtype->get<std::string>();
     const uint64_t esize = safetensors_dtype_size(t.dtype);
     if (esize == 0)
-      throw Error(path, obj, at,
+      throw Error(path, obj, at(),
                   fmt::format("unknown dtype \"{}\" (expected one of BOOL, U8, I8, F8_E5M2, "
                               "F8_E4M3, F8_E8M0, I16, U16, F16, BF16, I32, U32, F32, F64, I64, "
                               "U64)",
                               escape_for_terminal(t.dtype.substr(0, 100))));
     const auto shape = v.find("shape");
     if (shape == v.end() || !shape->is_array())
-      throw Error(path, obj, at, "expected \"shape\", an array of non-negative integers");
+      throw Error(path, obj, at(), "expected \"shape\", an array of non-negative integers");
     uint64_t count = 1;
     bool overflow = false;
     for (const auto& d : *shape) {
       if (!d.is_number_unsigned())
-        throw Error(path, obj, at,
+        throw Error(path, obj, at(),
                     fmt::format("shape {} is not an array of non-negative integers", d.dump()));
       const uint64_t dim = d.get<uint64_t>();
       if (dim > static_cast<uint64_t>(INT64_MAX)) overflow = true;
@@ -196,23 +221,25 @@ SafetensorsFile SafetensorsFile::parse(std::shared_ptr<const ByteSource> source)
     }
     uint64_t nbytes = 0;
     if (overflow || __builtin_mul_overflow(count, esize, &nbytes))
-      throw Error(path, obj, at, fmt::format("shape {} holds more bytes than 2^64", shape->dump()));
+      throw Error(path, obj, at(),
+                  fmt::format("shape {} holds more bytes than 2^64", shape->dump()));
     t.n_elements = count;
     const auto offs = v.find("data_offsets");
     if (offs == v.end() || !offs->is_array() || offs->size() != 2 ||
         !(*offs)[0].is_number_unsigned() || !(*offs)[1].is_number_unsigned())
-      throw Error(path, obj, at,
+      throw Error(path, obj, at(),
                   "expected \"data_offsets\", an array of two non-negative integers");
     const uint64_t b = (*offs)[0].get<uint64_t>(), e = (*offs)[1].get<uint64_t>();
     if (e < b)
-      throw Error(path, obj, at, fmt::format("data_offsets [{}, {}] end before they begin", b, e));
+      throw Error(path, obj, at(),
+                  fmt::format("data_offsets [{}, {}] end before they begin", b, e));
     if (e > data_bytes)
-      throw Error(path, obj, at,
+      throw Error(path, obj, at(),
                   fmt::format("data_offsets [{}, {}] run past the end of the file (the data "
                               "section holds {} bytes, from byte {})",
                               b, e, data_bytes, data_start));
     if (e - b != nbytes)
-      throw Error(path, obj, at,
+      throw Error(path, obj, at(),
                   fmt::format("data_offsets [{}, {}] hold {} bytes, but {} {} of shape {} take "
                               "{}",
                               b, e, e - b, count, t.dtype, shape->dump(), nbytes));
@@ -227,11 +254,14 @@ SafetensorsFile SafetensorsFile::parse(std::shared_ptr<const ByteSource> source)
   uint64_t expect = data_start;
   for (const auto& t : f.tensors_) {
     if (t.begin != expect)
-      throw Error(path, tensor_object(t.name), find_entry(header, t.name),
-                  fmt::format("data begins at byte {} of the data section, but the previous "
-                              "tensor ends at byte {} (the ranges must follow each other with no "
-                              "gap or overlap)",
-                              t.begin - data_start, expect - data_start));
+      throw Error(
+          path, tensor_object(t.name), find_entry(header, t.name),
+          fmt::format("data begins at byte {} of the data section, but {} (the ranges must "
+                      "follow each other with no gap or overlap)",
+                      t.begin - data_start,
+                      expect == data_start ? std::string("the first tensor's must begin at byte 0")
+                                           : fmt::format("the previous tensor ends at byte {}",
+                                                         expect - data_start)));
     expect = t.end;
   }
   if (expect != size)
@@ -248,9 +278,10 @@ const SafetensorsTensor* SafetensorsFile::find(std::string_view name) const {
   return it == index_.end() ? nullptr : &tensors_[it->second];
 }
 
-uint64_t SafetensorsFile::entry_offset(std::string_view name) const {
+uint64_t SafetensorsFile::entry_offset(std::string_view name, int depth) const {
   const auto hb = source_->bytes(8, header_bytes_);
-  return find_entry({reinterpret_cast<const char*>(hb.data()), hb.size()}, std::string(name));
+  return find_entry({reinterpret_cast<const char*>(hb.data()), hb.size()}, std::string(name),
+                    depth);
 }
 
 const std::string* SafetensorsFile::metadata_value(std::string_view key) const {

@@ -15,6 +15,7 @@
 #include <cerrno>
 #include <future>
 #include <new>
+#include <optional>
 #include <unordered_set>
 
 #include "gguf/escape.h"
@@ -507,19 +508,22 @@ WriteResult write_impl(const Plan& plan, const std::string& path, const WriteOpt
         synced.get();
       } else {
         out.finish();
+        if (o.before_commit) files.push_back(open_written(out));
       }
       base_bytes += sh.layout.file_size;
     }
     streamer.finish();
-    if (o.verify) {
+    if (o.verify || o.before_commit) {
+      std::optional<Model> written;
       try {
-        Model::from_files(std::move(files));
+        written = Model::from_files(std::move(files));
       } catch (const Error& e) {
         throw Error(shards[0].path, e.object(), e.offset(),
                     fmt::format("verification failed: the written set does not open as a model: {}",
                                 e.message()));
       }
-      result.verified = true;
+      result.verified = o.verify;
+      if (o.before_commit) o.before_commit(*written);
     }
     commit_all(outs, o.force);
     detail::sync_parent_directory(path);

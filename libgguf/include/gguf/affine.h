@@ -43,16 +43,23 @@ struct PackedAffineTensor {
 // Throws gguf::Error naming the file, the tensor and the byte of its header entry.
 std::vector<PackedAffineTensor> packed_affine_tensors(const SafetensorsFile& file);
 
-// The reconstructed values of rows [first, first + count): code * scale + min in fp32, unfused,
-// straight from the file's codes, scales and mins (the definition, kept apart from the block
-// packing below so that the proof does not check the packer against itself).
+// The reconstructed values of elements [first, first + count) (row-major order): code * scale
+// + min in fp32, unfused, straight from the file's codes, scales and mins (the definition, kept
+// apart from the block packing below so that the proof does not check the packer against
+// itself). out.size() == count.
 void affine_values(const SafetensorsFile& file, const PackedAffineTensor& t, uint64_t first,
                    uint64_t count, std::span<float> out);
 
-// Writes rows [first, first + count) as `type` (q4_1, q5_1 or f32) into out. Throws when the
-// type cannot hold the tensor exactly (too many bits, a group that is not a multiple of 32).
+// Writes elements [first, first + count) as `type` (q4_1, q5_1 or f32) into out: whole blocks
+// (first and count multiples of 32) for q4_1 and q5_1. Throws when the type cannot hold the
+// tensor exactly (too many bits, a group that is not a multiple of 32).
 void affine_to_type(const SafetensorsFile& file, const PackedAffineTensor& t, GgmlType type,
                     uint64_t first, uint64_t count, std::span<uint8_t> out);
+
+// Drops the pages of the codes, scales and mins of elements [first, first + count) from this
+// process (they stay in the page cache), so a 100 GB import keeps a bounded resident set.
+void release_affine_input(const SafetensorsFile& file, const PackedAffineTensor& t, uint64_t first,
+                          uint64_t count);
 
 // The type a packed tensor goes to: `requested` when it holds the values exactly, otherwise
 // (or with no request) nullopt and why in `why`; without a request, the smallest exact type.
@@ -67,6 +74,7 @@ struct ImportOptions {
   // Start from this GGUF: its metadata, and its tensors in its order, each replaced by the
   // import's tensor of the same name (same shape required); the import's other tensors follow.
   const Model* base = nullptr;
+  unsigned threads = 1;  // for making the payloads and for the proof
 };
 
 struct ImportRow {
@@ -108,12 +116,17 @@ struct ImportProof {
   uint64_t bytes = 0;    // of them, plain payload bytes compared
 };
 
-// Opens the written output with the validated reader (a split set through its first shard),
-// decodes every imported packed tensor with the ggml-exact decoder and compares the float bits
-// with affine_values(); compares plain tensors byte for byte. Throws gguf::Error naming the
-// output, the tensor, the element and both values at the first difference.
+// Reads the written output (a Model opened by the validated reader, e.g. the one
+// WriteOptions::before_commit hands over before the output reaches its path; or the file at
+// output_path, a split set through its first shard), decodes every imported packed tensor with the
+// ggml-exact decoder and compares the float bits with affine_values(); compares plain tensors byte
+// for byte. Throws gguf::Error naming the output (names[shard] when given: the paths the shards
+// will have), the tensor, the element and both values at the first difference.
 ImportProof prove_import(const SafetensorsFile& file, const ImportResult& result,
-                         const std::string& output_path);
+                         const Model& written, unsigned threads = 1,
+                         std::span<const std::string> names = {});
+ImportProof prove_import(const SafetensorsFile& file, const ImportResult& result,
+                         const std::string& output_path, unsigned threads = 1);
 
 std::string render_import_text(const ImportResult& r, const WriteResult* written,
                                const ImportProof* proof);

@@ -45,9 +45,10 @@ class SafetensorsFile {
   // __metadata__: string to string.
   const std::vector<std::pair<std::string, std::string>>& metadata() const { return metadata_; }
   const std::string* metadata_value(std::string_view key) const;
-  // The byte of the file where `name` first appears quoted in the header (a tensor's or a
-  // metadata key's entry), or 8 (the header's start) when it does not appear as written.
-  uint64_t entry_offset(std::string_view name) const;
+  // The byte of the file where the key `name` is in the header: a tensor's entry (depth 1) or
+  // a key of __metadata__ (depth 2); or 8 (the header's start) when it is not there as
+  // written. Scans the header: for error messages.
+  uint64_t entry_offset(std::string_view name, int depth = 1) const;
   std::span<const uint8_t> data(const SafetensorsTensor& t) const {
     return source_->bytes(t.begin, t.end - t.begin);
   }

@@ -11,6 +11,8 @@
 
 namespace gguf {
 
+class Model;
+
 struct WriteOptions {
   bool force = false;              // replace an existing output
   bool verify = true;              // re-open the output and compare every payload's xxh3
@@ -20,6 +22,10 @@ struct WriteOptions {
   std::vector<std::string> inputs;
   // Called with (bytes done, bytes total) as payloads are written; may be empty.
   std::function<void(uint64_t, uint64_t)> progress;
+  // Called with the written files, opened by the validated reader as one model, after they are
+  // complete (and verified) and before they reach their paths: a check that throws here leaves
+  // nothing behind, like any other failure. May be empty.
+  std::function<void(const Model& written)> before_commit;
 };
 
 struct WrittenTensor {
