@@ -23,7 +23,7 @@
 namespace gguf {
 namespace {
 
-using ojson = nlohmann::ordered_json;
+using json = nlohmann::json;
 
 std::string shape_text(const std::vector<int64_t>& s) {
   return fmt::format("[{}]", fmt::join(s, ", "));
@@ -80,7 +80,7 @@ std::vector<PackedAffineTensor> packed_affine_tensors(const SafetensorsFile& fil
   const std::string& path = file.path();
   const std::string key = key_object("packed_affine");
   const uint64_t at = file.entry_offset("packed_affine", 2);
-  const ojson doc = detail::parse_json_checked(*text, path, key, at, 6, "packed_affine");
+  const json doc = detail::parse_json_checked(*text, path, key, at, 6, "packed_affine");
   if (!doc.is_object()) throw Error(path, key, at, "packed_affine is not a JSON object");
   const auto version = doc.find("version");
   if (version == doc.end() || !version->is_number_unsigned() || version->get<uint64_t>() != 1)
@@ -93,7 +93,7 @@ std::vector<PackedAffineTensor> packed_affine_tensors(const SafetensorsFile& fil
   for (auto item = tensors->begin(); item != tensors->end(); ++item) {
     // Named, not bound: lambdas below capture them (clang refuses captured bindings in C++20).
     const std::string& name = item.key();
-    const ojson& e = item.value();
+    const json& e = item.value();
     const std::string obj = tensor_object(name);
     // A packed tensor has no entry of its own in the header: errors point at packed_affine.
     const uint64_t eat = at;

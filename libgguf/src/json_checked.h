@@ -1,4 +1,4 @@
-// JSON from files is untrusted: parsed with nlohmann-json (order kept), refusing nesting past
+// JSON from files is untrusted: parsed with nlohmann-json, refusing nesting past
 // a limit and a key given twice in one object (which the library would silently overwrite).
 #pragma once
 
@@ -11,8 +11,8 @@ namespace gguf::detail {
 
 // Throws gguf::Error naming path, object and `offset` (the byte where text starts in the
 // file; syntax errors add their position). `what` names the document in messages.
-nlohmann::ordered_json parse_json_checked(std::string_view text, const std::string& path,
-                                          const std::string& object, uint64_t offset, int max_depth,
-                                          std::string_view what);
+nlohmann::json parse_json_checked(std::string_view text, const std::string& path,
+                                  const std::string& object, uint64_t offset, int max_depth,
+                                  std::string_view what);
 
 }  // namespace gguf::detail

@@ -18,6 +18,10 @@
 namespace gguf {
 namespace {
 
+// Parsing uses std::map objects (ordered_json finds keys by linear search: quadratic in the
+// tensor count); order does not matter, the tensors are sorted by their data. Writing keeps the
+// given order.
+using json = nlohmann::json;
 using ojson = nlohmann::ordered_json;
 
 // The reference library refuses headers over 100 MB; so do we (it bounds the JSON we parse).
@@ -63,43 +67,69 @@ uint64_t find_entry(std::string_view h, const std::string& name, int depth = 1) 
 
 namespace detail {
 
-ojson parse_json_checked(std::string_view text, const std::string& path, const std::string& object,
-                         uint64_t offset, int max_depth, std::string_view what) {
+namespace {
+
+// The checks, as a SAX pass that builds nothing (a parse callback would do, but nlohmann's
+// callback parser rescans an object's members at each member's end: quadratic in the tensor
+// count). Throws the first problem; syntax errors are rethrown as nlohmann's parse_error.
+struct Checks {
+  const std::string& path;
+  const std::string& object;
+  uint64_t offset;
+  int max_depth;
+  std::string_view what;
   std::vector<std::set<std::string>> keys;  // one set per open object
   int depth = 0;
-  const auto check = [&](int, ojson::parse_event_t event, ojson& parsed) {
-    switch (event) {
-      case ojson::parse_event_t::object_start:
-        keys.emplace_back();
-        [[fallthrough]];
-      case ojson::parse_event_t::array_start:
-        if (++depth > max_depth)
-          throw Error(path, object, offset,
-                      fmt::format("{} nests deeper than {} levels", what, max_depth));
-        break;
-      case ojson::parse_event_t::object_end:
-        if (!keys.empty()) keys.pop_back();
-        [[fallthrough]];
-      case ojson::parse_event_t::array_end:
-        --depth;
-        break;
-      case ojson::parse_event_t::key:
-        if (!keys.empty() && parsed.is_string()) {
-          const auto& k = parsed.get_ref<const std::string&>();
-          if (!keys.back().insert(k).second)
-            throw Error(path, object, offset,
-                        fmt::format("{} has the key \"{}\" twice in one object", what,
-                                    escape_for_terminal(k.substr(0, 100))));
-        }
-        break;
-      default:
-        break;
-    }
+
+  bool open() {
+    if (++depth > max_depth)
+      throw Error(path, object, offset,
+                  fmt::format("{} nests deeper than {} levels", what, max_depth));
     return true;
-  };
+  }
+  bool null() { return true; }
+  bool boolean(bool) { return true; }
+  bool number_integer(json::number_integer_t) { return true; }
+  bool number_unsigned(json::number_unsigned_t) { return true; }
+  bool number_float(json::number_float_t, const json::string_t&) { return true; }
+  bool string(json::string_t&) { return true; }
+  bool binary(json::binary_t&) { return true; }
+  bool start_object(std::size_t) {
+    keys.emplace_back();
+    return open();
+  }
+  bool key(json::string_t& k) {
+    if (!keys.back().insert(k).second)
+      throw Error(path, object, offset,
+                  fmt::format("{} has the key \"{}\" twice in one object", what,
+                              escape_for_terminal(k.substr(0, 100))));
+    return true;
+  }
+  bool end_object() {
+    keys.pop_back();
+    --depth;
+    return true;
+  }
+  bool start_array(std::size_t) { return open(); }
+  bool end_array() {
+    --depth;
+    return true;
+  }
+  bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception& e) {
+    if (const auto* p = dynamic_cast<const json::parse_error*>(&e)) throw *p;
+    throw Error(path, object, offset, fmt::format("{} is not valid JSON: {}", what, e.what()));
+  }
+};
+
+}  // namespace
+
+json parse_json_checked(std::string_view text, const std::string& path, const std::string& object,
+                        uint64_t offset, int max_depth, std::string_view what) {
   try {
-    return ojson::parse(text.begin(), text.end(), check);
-  } catch (const ojson::parse_error& e) {
+    Checks checks{path, object, offset, max_depth, what, {}, 0};
+    json::sax_parse(text.begin(), text.end(), &checks);
+    return json::parse(text.begin(), text.end());
+  } catch (const json::parse_error& e) {
     // e.byte counts from 1 and may point one past the end of the input.
     const uint64_t n = text.size();
     const uint64_t at = std::min<uint64_t>(e.byte > 0 ? e.byte - 1 : 0, n > 0 ? n - 1 : 0);
@@ -113,7 +143,7 @@ ojson parse_json_checked(std::string_view text, const std::string& path, const s
 
 namespace {
 
-std::string json_kind(const ojson& v) { return v.type_name(); }
+std::string json_kind(const json& v) { return v.type_name(); }
 
 }  // namespace
 
@@ -163,19 +193,21 @@ SafetensorsFile SafetensorsFile::parse(std::shared_ptr<const ByteSource> source)
     throw Error(path, {}, 8, "safetensors header does not start with '{'");
   if (!is_valid_utf8(header)) throw Error(path, {}, 8, "safetensors header is not valid UTF-8");
   // JSON has no NUL outside strings (and escapes it inside); a parser reading up to a NUL
-  // would take what follows for nothing.
-  if (const size_t z = header.find('\0'); z != std::string_view::npos)
+  // would take what follows for nothing. NULs that only pad the end (some writers pad so)
+  // are let through as the padding they are.
+  if (const size_t z =
+          header.substr(0, header.find_last_not_of(std::string_view("\0 ", 2)) + 1).find('\0');
+      z != std::string_view::npos)
     throw Error(path, {}, 8 + z, "safetensors header holds a NUL byte");
   f.header_bytes_ = n;
-  const ojson doc =
-      detail::parse_json_checked(header, path, {}, 8, kMaxDepth, "safetensors header");
+  const json doc = detail::parse_json_checked(header, path, {}, 8, kMaxDepth, "safetensors header");
   if (!doc.is_object()) throw Error(path, {}, 8, "safetensors header is not a JSON object");
 
   const uint64_t data_start = 8 + n;
   const uint64_t data_bytes = size - data_start;
   for (auto item = doc.begin(); item != doc.end(); ++item) {
     const std::string& name = item.key();
-    const ojson& v = item.value();
+    const json& v = item.value();
     const auto at = [&] { return find_entry(header, name); };
     if (name == "__metadata__") {
       if (!v.is_object())
