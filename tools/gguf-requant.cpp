@@ -7,6 +7,7 @@
 #include "gguf/affine.h"
 #include "gguf/cli.h"
 #include "gguf/error.h"
+#include "gguf/exact.h"
 #include "gguf/requant.h"
 
 namespace po = boost::program_options;
@@ -14,7 +15,7 @@ namespace po = boost::program_options;
 int main(int argc, char** argv) {
   return gguf::cli::run_tool("gguf-requant", [&] {
     std::string in, out, type, imatrix_path, base_path;
-    bool json = false, force = false, no_verify = false, dry_run = false;
+    bool json = false, force = false, no_verify = false, dry_run = false, exact = false;
     unsigned threads = std::max(1u, std::thread::hardware_concurrency());
     std::string split_size;
     uint64_t split_tensors = 0;
@@ -25,6 +26,9 @@ int main(int argc, char** argv) {
         "type", po::value(&type),
         "target type, any case: q4_K, q8_0, f16, bf16, ... (required for a GGUF input)")(
         "imatrix", po::value(&imatrix_path), "importance matrix (llama.cpp .dat or GGUF imatrix)")(
+        "exact", po::bool_switch(&exact),
+        "re-encode only where every value stays the same number (to f32; to f16/bf16 when "
+        "they fit; q4_0 -> q4_1, q5_0 -> q5_1), proven by reading the output back")(
         "base", po::value(&base_path),
         "packed-affine import: start from this GGUF (its metadata and tensors; the import's "
         "tensors replace those of the same name)")(
@@ -107,22 +111,30 @@ int main(int argc, char** argv) {
     const gguf::Model model = gguf::Model::open(in);
     std::optional<gguf::Imatrix> imatrix;
     if (!imatrix_path.empty()) imatrix = gguf::Imatrix::load(imatrix_path);
-    gguf::RequantOptions opt{*t, sel.parse(), imatrix ? &*imatrix : nullptr, threads};
+    gguf::RequantOptions opt{*t, sel.parse(), imatrix ? &*imatrix : nullptr, threads, exact};
     const gguf::RequantResult result = gguf::requant(model, opt);
     for (const auto& note : result.notes) fmt::print(stderr, "gguf-requant: note: {}\n", note);
     wo.inputs = result.inputs;
     if (imatrix) wo.inputs.push_back(imatrix_path);
     std::optional<gguf::WriteResult> written;
+    std::optional<gguf::ExactProof> proof;
     if (dry_run) {
       gguf::check_plan(result.plan, out, wo);  // what the write would refuse, refused now
     } else {
+      if (exact && !no_verify) {
+        const auto names = gguf::check_plan(result.plan, out, wo);
+        wo.before_commit = [&, names](const gguf::Model& m) {
+          proof = gguf::prove_exact(model, result, m, threads, names);
+        };
+      }
       gguf::cli::Progress progress("requant");
       wo.progress = progress.callback();
       written = gguf::write_plan(result.plan, out, wo);
     }
     const gguf::WriteResult* w = written ? &*written : nullptr;
-    fmt::print("{}",
-               json ? gguf::render_requant_json(result, w) : gguf::render_requant_text(result, w));
+    const gguf::ExactProof* p = proof ? &*proof : nullptr;
+    fmt::print("{}", json ? gguf::render_requant_json(result, w, p)
+                          : gguf::render_requant_text(result, w, p));
     return 0;
   });
 }

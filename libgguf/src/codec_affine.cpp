@@ -1,14 +1,17 @@
-// Packed-affine values and their exact q4_1 / q5_1 / f32 form. Built with -ffp-contract=off
-// (a codec file): the definition code * scale + min is two roundings, never one fused.
-// Work is done in element ranges (not rows), so a tensor of one 400M-element row is handled in
-// bounded pieces like any other.
+// Packed-affine values and their exact q4_1 / q5_1 / f32 form, and the exact q4_0 -> q4_1 /
+// q5_0 -> q5_1 block transcoders (the same affine form with min = -8d or -16d). Built with
+// -ffp-contract=off (a codec file): the definition code * scale + min is two roundings, never one
+// fused. Work is done in element ranges (not rows), so a tensor of one 400M-element row is handled
+// in bounded pieces like any other.
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 
 #include "gguf/affine.h"
 #include "gguf/error.h"
+#include "gguf/exact.h"
 #include "gguf/file.h"
 #include "gguf/fp16.h"
 
@@ -178,6 +181,34 @@ void affine_to_type(const SafetensorsFile& file, const PackedAffineTensor& t, Gg
       for (int k = 0; k < 4; ++k) o[4 + k] = static_cast<uint8_t>(qh >> (8 * k));
   }
   release_affine_input(file, t, first, count);
+}
+
+std::optional<uint64_t> transcode_blocks(GgmlType from, GgmlType to, std::span<const uint8_t> src,
+                                         std::span<uint8_t> dst) {
+  const bool q5 = from == GgmlType::Q5_0 && to == GgmlType::Q5_1;
+  if (!q5 && !(from == GgmlType::Q4_0 && to == GgmlType::Q4_1))
+    throw Error(fmt::format("transcode_blocks: no transcoder from {} to {}", traits(from).name,
+                            traits(to).name));
+  // q4_0 {d, qs[16]} -> q4_1 {d, m, qs[16]}; q5_0 {d, qh[4], qs[16]} -> q5_1 {d, m, qh, qs}.
+  const uint64_t in = q5 ? 22 : 18, out = q5 ? 24 : 20;
+  const float offset = q5 ? -16.0f : -8.0f;
+  if (src.size() % in != 0 || dst.size() != src.size() / in * out)
+    throw Error(fmt::format("transcode_blocks: {} bytes into {}", src.size(), dst.size()));
+  for (uint64_t b = 0; b < src.size() / in; ++b) {
+    const uint8_t* s = src.data() + b * in;
+    uint8_t* o = dst.data() + b * out;
+    uint16_t d;
+    std::memcpy(&d, s, 2);
+    const float df = fp16_to_fp32(d);
+    // -8d is exact in fp32; it must also be an f16 (no overflow) to be stored as the min.
+    const float mf = offset * df;
+    const uint16_t m = fp32_to_fp16(mf);
+    if (!std::isfinite(df) || fp16_to_fp32(m) != mf) return b;
+    std::memcpy(o, &d, 2);
+    std::memcpy(o + 2, &m, 2);
+    std::memcpy(o + 4, s + 2, in - 2);
+  }
+  return std::nullopt;
 }
 
 }  // namespace gguf

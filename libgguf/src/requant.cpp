@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include <cstring>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -11,6 +12,8 @@
 #include "gguf/codecs.h"
 #include "gguf/encode.h"
 #include "gguf/error.h"
+#include "gguf/exact.h"
+#include "gguf/fp16.h"
 #include "gguf/names.h"
 #include "gguf/splice.h"
 #include "writer_internal.h"
@@ -82,10 +85,13 @@ bool is_quantizable(const TensorInfo& t, std::string_view arch) {
 
 RequantResult requant(const Model& model, const RequantOptions& o) {
   RequantResult r;
+  r.exact = o.exact;
   const std::string arch = model.architecture();
   const TypeTraits& target = traits(o.type);
   if (!can_encode(o.type))
     usage_error(fmt::format("--type {}: no encoder for this type yet", target.name));
+  if (o.exact && o.imatrix)
+    usage_error("--imatrix has no use with --exact: exact paths quantize nothing");
   std::vector<bool> selected(model.tensors().size(), false);
   for (size_t i : select_in(model, o.selector)) selected[i] = true;
   r.inputs = model.paths();
@@ -139,7 +145,40 @@ RequantResult requant(const Model& model, const RequantOptions& o) {
         decode_rows(ref, n_per_row, first, count, out);
       };
       const int64_t n_mat = nrows / std::max<int64_t>(1, info.shape[1]);
-      if (uses_importance(o.type)) {
+      std::string why;
+      const ExactPath exact = o.exact ? exact_path(src_type, o.type, why) : ExactPath::kNone;
+      if (o.exact && exact == ExactPath::kNone)
+        throw Error(t.file->path(), tensor_object(info.name), info.info_offset,
+                    why +
+                        " (--layers, --role and --match choose the tensors to move; the others "
+                        "are copied)");
+      if (exact == ExactPath::kTranscode) {
+        const uint64_t src_rb = e.source_row_bytes, dst_rb = *rb;
+        const std::string path = t.file->path(), name = info.name;
+        const uint64_t src_block = traits(src_type).type_size;
+        const GgmlType to = o.type;
+        pt.source = make_row_producer(
+            dst_rb, nrows, name,
+            [ref = t, src_type, to, src_rb, dst_rb, path, name, src_block, n_per_row](
+                int64_t first, int64_t count, uint8_t* out) {
+              const uint64_t f = static_cast<uint64_t>(first), c = static_cast<uint64_t>(count);
+              const auto src = ref.data().subspan(f * src_rb, c * src_rb);
+              if (const auto bad = transcode_blocks(src_type, to, src, {out, c * dst_rb})) {
+                const uint64_t block = f * src_rb / src_block + *bad;
+                uint16_t d;
+                std::memcpy(&d, src.data() + *bad * src_block, 2);
+                throw Error(path, tensor_object(name), ref.data_start() + block * src_block,
+                            fmt::format("block {} (row {}): its scale {} makes a min of {} times "
+                                        "it, which is not a finite f16: {} cannot hold this "
+                                        "block exactly",
+                                        block, block * 32 / static_cast<uint64_t>(n_per_row),
+                                        fp16_to_fp32(d), src_type == GgmlType::Q5_0 ? -16 : -8,
+                                        traits(to).name));
+              }
+              ref.file->source().release(ref.data_start() + f * src_rb, c * src_rb);
+            });
+      }
+      if (uses_importance(o.type) && !o.exact) {
         const bool have = o.imatrix && o.imatrix->find(info.name);
         if (have) {
           // Validate the entry's length now so the error names the tensor before writing.
@@ -163,11 +202,11 @@ RequantResult requant(const Model& model, const RequantOptions& o) {
                        ? "decode"
                        : "encode";
       // Decoding to f32 is exact; any other target rounds what was already rounded.
-      row.lossy_reencode = traits(src_type).quantized && o.type != GgmlType::F32;
+      row.lossy_reencode = traits(src_type).quantized && o.type != GgmlType::F32 && !o.exact;
       lossy_note |= row.lossy_reencode;
       pt.type_id = target.id;
       pt.bytes = row.bytes_after;
-      pt.source = make_encoding_producer(std::move(e));
+      if (exact != ExactPath::kTranscode) pt.source = make_encoding_producer(std::move(e));
     }
     r.plan.tensors.push_back(std::move(pt));
     r.rows.push_back(std::move(row));

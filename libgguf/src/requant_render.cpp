@@ -5,6 +5,7 @@
 
 #include "gguf/cli.h"
 #include "gguf/escape.h"
+#include "gguf/exact.h"
 #include "gguf/requant.h"
 #include "gguf/table.h"
 
@@ -28,7 +29,8 @@ uint64_t after_bytes(const RequantResult& r, const WriteResult* w) {
 
 }  // namespace
 
-std::string render_requant_text(const RequantResult& r, const WriteResult* written) {
+std::string render_requant_text(const RequantResult& r, const WriteResult* written,
+                                const ExactProof* exact) {
   Table t({"tensor", "type", "bytes before", "bytes after", "importance", "note"},
           {true, true, false, false, true, true});
   size_t copied = 0;
@@ -52,10 +54,21 @@ std::string render_requant_text(const RequantResult& r, const WriteResult* writt
     for (const auto& p : written->paths) out += fmt::format("wrote {}\n", escape_for_terminal(p));
     if (written->verified) out += "verified: every tensor read back and hashed\n";
   }
+  if (exact)
+    out +=
+        fmt::format("exact: {} re-encoded tensor{} read back: {} values equal to the source's{}\n",
+                    exact->tensors, exact->tensors == 1 ? "" : "s", with_commas(exact->values),
+                    exact->zeros_sign_changed == 0
+                        ? std::string()
+                        : fmt::format(" ({} zeros lost their sign: q4_1 and q5_1 cannot make -0.0)",
+                                      with_commas(exact->zeros_sign_changed)));
+  else if (r.exact && written)
+    out += "exact: not proven (--no-verify): the output was not read back\n";
   return out;
 }
 
-std::string render_requant_json(const RequantResult& r, const WriteResult* written) {
+std::string render_requant_json(const RequantResult& r, const WriteResult* written,
+                                const ExactProof* exact) {
   using nlohmann::json;
   json doc;
   doc["tensors"] = json::array();
@@ -79,6 +92,10 @@ std::string render_requant_json(const RequantResult& r, const WriteResult* writt
     for (const auto& p : written->paths) doc["outputs"].push_back(utf8_or_escaped(p));
   }
   doc["verified"] = written ? written->verified : false;
+  doc["exact"] = exact ? json{{"tensors", exact->tensors},
+                              {"values", exact->values},
+                              {"zeros_sign_changed", exact->zeros_sign_changed}}
+                       : json(nullptr);
   doc["notes"] = r.notes;
   return doc.dump(2) + "\n";
 }

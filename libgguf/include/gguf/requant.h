@@ -21,6 +21,8 @@ struct RequantOptions {
   Selector selector;                 // restricts which tensors are re-encoded (others copied)
   const Imatrix* imatrix = nullptr;  // importance weights; nullptr = none
   unsigned threads = 1;
+  // Re-encode only along exact paths (gguf/exact.h); a tensor that has none is an error.
+  bool exact = false;
 };
 
 // How a tensor's importance weights were obtained.
@@ -42,6 +44,7 @@ struct RequantResult {
   std::vector<std::string> inputs;  // every file read, so the output never replaces one
   uint64_t bytes_before = 0, bytes_after = 0;
   std::vector<std::string> notes;  // said once each (fallbacks, lossy re-encodes)
+  bool exact = false;              // planned with RequantOptions::exact
 };
 
 // True when requant may re-encode this tensor: two or more dimensions, not a norm, not the MoE
@@ -54,7 +57,11 @@ bool is_quantizable(const TensorInfo& t, std::string_view arch);
 // decoded, or a target type without an encoder.
 RequantResult requant(const Model& model, const RequantOptions& options);
 
-std::string render_requant_text(const RequantResult& r, const WriteResult* written);
-std::string render_requant_json(const RequantResult& r, const WriteResult* written);
+struct ExactProof;
+// `exact`: the proof of a --exact run (null otherwise, or when not written or not verified).
+std::string render_requant_text(const RequantResult& r, const WriteResult* written,
+                                const ExactProof* exact = nullptr);
+std::string render_requant_json(const RequantResult& r, const WriteResult* written,
+                                const ExactProof* exact = nullptr);
 
 }  // namespace gguf
