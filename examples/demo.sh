@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The main job of gguf-surgery on a tiny DeepSeek-V4-style MoE (3-D routed-expert tensors):
 # build a 2-bit base and a Q4_K donor from the same weights, splice the routed experts of the
-# last two layers from the donor into the base byte for byte, then inspect and diff.
+# last two layers from the donor into the base byte for byte, then inspect and diff; last,
+# publish an in-house 3-bit affine format of one layer's experts as q4_1 without changing a value.
 # Usage: examples/demo.sh [BUILD_DIR] [WORK_DIR]
 set -euo pipefail
 build=${1:-build}
@@ -45,5 +46,12 @@ run "$tools/gguf-diff" "$work/base-2bit.gguf" "$work/mixed.gguf" || [ $? -eq 1 ]
 step "9. which file is closer to the f16 reference, per routed tensor of layers 4-5"
 run "$tools/gguf-diff" --values --reference "$work/tiny-f16.gguf" --layers 4-5 --role routed \
   "$work/base-2bit.gguf" "$work/mixed.gguf" || [ $? -eq 1 ]
+
+step "10. an in-house 3-bit affine format (f16 scale and min per 64 columns) of layer 5's routed"
+echo "    experts, published on top of the mixed file as q4_1: the same floats, proven by reading back"
+run "$build/examples/make_packed_affine" "$work/tiny-f16.gguf" -o "$work/inhouse-3bit.safetensors" \
+  --bits 3 --group 64 --layers 5 --role routed
+run "$tools/gguf-requant" "$work/inhouse-3bit.safetensors" --base "$work/mixed.gguf" \
+  -o "$work/published.gguf" --force
 
 step "done: files in $work"

@@ -15,6 +15,7 @@
 #include "cli_run.h"
 #include "gguf/cli.h"
 #include "gguf/codecs.h"
+#include "gguf/fp16.h"
 #include "gguf/hash.h"
 #include "gguf/synth.h"
 
@@ -691,6 +692,48 @@ TEST(affine_import, long_rows_and_threads) {
     const auto b = Model::open(dir.file(fmt::format("out-2-{}.gguf", t)));
     for (const char* name : {"long", "flat"})
       EXPECT_EQ(xxh3(a.find(name)->data()), xxh3(b.find(name)->data())) << name;
+  }
+}
+
+// The example quantizer (make_packed_affine): what it writes imports exactly, and its values
+// are within half a step of the weights they came from.
+TEST(affine_import, example_quantizer_round_trips) {
+  std::mt19937 rng(5);
+  std::normal_distribution<float> w(0.0f, 0.02f);
+  std::vector<AffineSource> src = {{"blk.0.ffn_up_exps.weight", {128, 4, 2}, {}},
+                                   {"blk.0.attn_q.weight", {64, 3}, {}}};
+  for (auto& t : src) {
+    t.values.resize(static_cast<size_t>(t.ne[0] * t.ne[1] * (t.ne.size() > 2 ? t.ne[2] : 1)));
+    for (auto& v : t.values) v = w(rng);
+  }
+  for (unsigned bits : {2u, 4u, 5u}) {
+    const auto f = parse_bytes(pack_affine_safetensors(src, bits, 32));
+    const ImportResult r = import_safetensors(f, {});
+    ASSERT_EQ(r.packed.size(), 2u);
+    for (const auto& p : r.packed) {
+      const AffineSource& s = p.name == src[0].name ? src[0] : src[1];
+      for (const auto& row : r.rows) {
+        if (row.name == p.name) {
+          EXPECT_EQ(row.shape, s.ne);
+        }
+      }
+      std::vector<float> v(p.rows * p.cols);
+      affine_values(f, p, 0, v.size(), v);
+      for (size_t i = 0; i < v.size(); ++i) {
+        const uint64_t g = i / 32;
+        uint16_t d;
+        std::memcpy(&d, f.data(*p.scales).data() + 2 * g, 2);
+        ASSERT_LE(std::fabs(v[i] - s.values[i]), fp16_to_fp32(d) * 0.5f + 1e-3f) << i;
+      }
+    }
+  }
+  try {
+    (void)pack_affine_safetensors(src, 4, 48);
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_STREQ(e.what(),
+                 "packed affine: tensor 'blk.0.ffn_up_exps.weight' has rows of 128 values, not a "
+                 "multiple of the group 48");
   }
 }
 

@@ -5,6 +5,7 @@
 #include <tbb/parallel_for.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <map>
 #include <mutex>
@@ -16,6 +17,7 @@
 #include "gguf/error.h"
 #include "gguf/escape.h"
 #include "gguf/file.h"
+#include "gguf/fp16.h"
 #include "gguf/splice.h"
 #include "json_checked.h"
 #include "writer_internal.h"
@@ -430,6 +432,53 @@ ImportProof prove_import(const SafetensorsFile& file, const ImportResult& result
 ImportProof prove_import(const SafetensorsFile& file, const ImportResult& result,
                          const std::string& output_path, unsigned threads) {
   return prove_import(file, result, Model::open(output_path), threads);
+}
+
+std::vector<uint8_t> pack_affine_safetensors(const std::vector<AffineSource>& tensors,
+                                             unsigned bits, uint64_t group) {
+  if (bits < 1 || bits > 8 || group == 0)
+    usage_error(fmt::format("packed affine: bits {} (1-8), group {} (> 0)", bits, group));
+  std::vector<SafetensorsEntry> entries;
+  json packed = json::object();
+  const unsigned top = (1u << bits) - 1;
+  for (const AffineSource& t : tensors) {
+    const uint64_t cols = t.ne.empty() ? 0 : static_cast<uint64_t>(t.ne[0]), n = t.values.size();
+    if (cols == 0 || cols % group != 0 || n % cols != 0)
+      usage_error(
+          fmt::format("packed affine: tensor '{}' has rows of {} values, not a multiple "
+                      "of the group {}",
+                      t.name, cols, group));
+    std::vector<uint8_t> codes((n * bits + 7) / 8, 0);
+    std::vector<uint8_t> scales(2 * (n / group)), mins(2 * (n / group));
+    for (uint64_t g = 0; g < n / group; ++g) {
+      const auto first = t.values.begin() + static_cast<std::ptrdiff_t>(g * group);
+      const auto [lo, hi] = std::minmax_element(first, first + static_cast<std::ptrdiff_t>(group));
+      const uint16_t m = fp32_to_fp16(*lo), d = fp32_to_fp16((*hi - *lo) / static_cast<float>(top));
+      std::memcpy(scales.data() + 2 * g, &d, 2);
+      std::memcpy(mins.data() + 2 * g, &m, 2);
+      const float fd = fp16_to_fp32(d), fm = fp16_to_fp32(m);
+      for (uint64_t i = g * group; i < (g + 1) * group; ++i) {
+        const float q = fd > 0 ? std::nearbyint((t.values[i] - fm) / fd) : 0.0f;
+        const auto code = static_cast<unsigned>(std::clamp(q, 0.0f, static_cast<float>(top)));
+        for (unsigned b = 0; b < bits; ++b)
+          if ((code >> b) & 1u)
+            codes[(i * bits + b) / 8] |= static_cast<uint8_t>(1u << ((i * bits + b) % 8));
+      }
+    }
+    std::vector<int64_t> shape(t.ne.rbegin(), t.ne.rend()), pairs = shape;
+    pairs.back() = static_cast<int64_t>(cols / group);
+    entries.push_back({t.name + ".codes", "U8", {static_cast<int64_t>(codes.size())}, codes});
+    entries.push_back({t.name + ".scales", "F16", pairs, scales});
+    entries.push_back({t.name + ".mins", "F16", pairs, mins});
+    packed[t.name] = {{"bits", bits},
+                      {"group", group},
+                      {"shape", shape},
+                      {"codes", t.name + ".codes"},
+                      {"scales", t.name + ".scales"},
+                      {"mins", t.name + ".mins"}};
+  }
+  return serialize_safetensors(
+      entries, {{"packed_affine", json{{"version", 1}, {"tensors", packed}}.dump()}});
 }
 
 }  // namespace gguf

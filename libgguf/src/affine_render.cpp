@@ -54,9 +54,11 @@ std::string render_import_text(const ImportResult& r, const WriteResult* written
   if (proof)
     out += fmt::format(
         "exact: {} imported tensor{} read back: {} values decode to the same float bits as code "
-        "* scale + min, {} bytes of plain tensors equal\n",
+        "* scale + min{}\n",
         proof->tensors, proof->tensors == 1 ? "" : "s", with_commas(proof->values),
-        with_commas(proof->bytes));
+        proof->bytes == 0
+            ? std::string()
+            : fmt::format(", {} bytes of plain tensors equal", with_commas(proof->bytes)));
   return out;
 }
 

@@ -133,4 +133,17 @@ std::string render_import_text(const ImportResult& r, const WriteResult* written
 std::string render_import_json(const ImportResult& r, const WriteResult* written,
                                const ImportProof* proof);
 
+// The other direction, for examples and tests: an in-house-style affine quantizer. Each group of
+// `group` columns of each row gets min = its smallest value and scale = (max - min) /
+// (2^bits - 1), both rounded to f16, and codes round((x - min) / scale) clamped to the width.
+// Returns a packed_affine safetensors file holding the tensors under their names, shapes
+// reversed from ggml order, codes / scales / mins named NAME.codes, NAME.scales, NAME.mins.
+struct AffineSource {
+  std::string name;
+  std::vector<int64_t> ne;  // ggml order; ne[0] must be a multiple of group
+  std::vector<float> values;
+};
+std::vector<uint8_t> pack_affine_safetensors(const std::vector<AffineSource>& tensors,
+                                             unsigned bits, uint64_t group);
+
 }  // namespace gguf
