@@ -298,9 +298,9 @@ std::string meta_error(const std::string& text) {
 
 TEST(packed_affine_malformed, not_json_or_wrong_version) {
   EXPECT_EQ(meta_error("{"),
-            "m.safetensors: key 'packed_affine': at byte 25: packed_affine is not valid JSON: "
-            "syntax error while parsing object key - unexpected end of input; expected string "
-            "literal");
+            "m.safetensors: key 'packed_affine': at byte 25: packed_affine is not valid JSON (at "
+            "byte 0 of its text): syntax error while parsing object key - unexpected end of "
+            "input; expected string literal");
   EXPECT_EQ(meta_error("[]"),
             "m.safetensors: key 'packed_affine': at byte 25: packed_affine is not a JSON object");
   EXPECT_EQ(meta_error(R"({"version": 2, "tensors": {}})"),

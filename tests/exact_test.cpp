@@ -162,18 +162,20 @@ TEST(exact, refuses_what_has_no_exact_path) {
                         "of theirs, and q4_0 to q4_1, q5_0 to q5_1 (--layers, --role and --match "
                         "choose the tensors to move; the others are copied)",
                         in, first.info->info_offset));
-  // q4_0 values have up to 15 significant bits; f16 keeps 11: the proof names the element
-  // and the output never appears.
-  const std::string msg = error_of([&] { move_exactly(dir, in, GgmlType::F16, "f16.gguf"); });
-  EXPECT_TRUE(msg.starts_with(dir.file("f16.gguf") + ": tensor 'token_embd.weight': at byte "))
-      << msg;
+  // q4_0 values have up to 15 significant bits; f16 keeps 11: the encoder names the input's
+  // element (so --no-verify cannot let it through either) and the output never appears.
   const auto va = decode(first);
-  EXPECT_TRUE(msg.ends_with(fmt::format(
-      ": reading back: element 0 is {} in f16, {} in the source (q4_0): f16 cannot hold it",
-      fmt::format("{} (bits 0x{:08x})", fp16_to_fp32(fp32_to_fp16(va[0])),
-                  std::bit_cast<uint32_t>(fp16_to_fp32(fp32_to_fp16(va[0])))),
-      fmt::format("{} (bits 0x{:08x})", va[0], std::bit_cast<uint32_t>(va[0])))))
-      << msg;
+  const float rounded = fp16_to_fp32(fp32_to_fp16(va[0]));
+  const std::string want = fmt::format(
+      "{}: tensor 'token_embd.weight': at byte {}: element 0 (row 0) is {} (bits "
+      "0x{:08x}), which f16 cannot hold (it would read back as {} (bits 0x{:08x}))",
+      in, first.data_start(), va[0], std::bit_cast<uint32_t>(va[0]), rounded,
+      std::bit_cast<uint32_t>(rounded));
+  EXPECT_EQ(error_of([&] { move_exactly(dir, in, GgmlType::F16, "f16.gguf"); }), want);
+  const auto cli = run_cli("gguf-requant", {in, "-o", dir.file("f16.gguf"), "--type", "f16",
+                                            "--exact", "--no-verify", "--role", "embedding"});
+  EXPECT_EQ(cli.code, 1);
+  EXPECT_EQ(cli.err, "gguf-requant: error: " + want + "\n");
   EXPECT_FALSE(std::filesystem::exists(dir.file("f16.gguf")));
   EXPECT_EQ(error_of([&] {
               RequantOptions o;

@@ -6,12 +6,14 @@
 #include <tbb/parallel_for.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <memory>
 #include <optional>
 
 #include "gguf/codecs.h"
 #include "gguf/error.h"
+#include "gguf/exact.h"
 #include "gguf/file.h"
 
 namespace gguf {
@@ -48,6 +50,27 @@ void encode_rows(const RowEncoder& e, uint64_t row_bytes, int64_t first, int64_t
       throw Error(e.source_path, tensor_object(e.tensor_name), at,
                   fmt::format("rows {}-{}: {}", r, r + n - 1, err.message()));
     }
+    if (e.exact) {
+      // Every value must read back as the same number (+0.0 and -0.0 alike, NaN and NaN alike).
+      std::vector<float> back(floats.size());
+      dequantize(
+          e.type,
+          {out + static_cast<uint64_t>(r - first) * row_bytes, static_cast<size_t>(n) * row_bytes},
+          back);
+      for (size_t i = 0; i < back.size(); ++i) {
+        if (back[i] == floats[i] || (std::isnan(back[i]) && std::isnan(floats[i]))) continue;
+        const uint64_t row = static_cast<uint64_t>(r) + i / static_cast<uint64_t>(e.n_per_row);
+        std::optional<uint64_t> at;
+        if (!e.source_path.empty()) at = e.source_offset + row * e.source_row_bytes;
+        throw Error(
+            e.source_path, tensor_object(e.tensor_name), at,
+            fmt::format(
+                "element {} (row {}) is {}, which {} cannot hold (it would read "
+                "back as {})",
+                row * static_cast<uint64_t>(e.n_per_row) + i % static_cast<uint64_t>(e.n_per_row),
+                row, float_with_bits(floats[i]), traits(e.type).name, float_with_bits(back[i])));
+      }
+    }
   });
 }
 
@@ -78,7 +101,12 @@ Producer make_row_producer(uint64_t row_bytes, int64_t nrows, std::string tensor
         const int64_t count = std::min<int64_t>(static_cast<int64_t>(rows_per_chunk), nrows - row);
         st->carry.resize(static_cast<size_t>(count) * rb);
         st->carry_first_row = row;
-        rows(row, count, st->carry.data());
+        try {
+          rows(row, count, st->carry.data());
+        } catch (...) {
+          st->carry.clear();  // never hand out rows that were not made
+          throw;
+        }
         continue;
       }
       const uint64_t skip = pos - carry_begin;

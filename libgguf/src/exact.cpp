@@ -30,15 +30,11 @@ ExactPath exact_path(GgmlType from, GgmlType to, std::string& why) {
   return ExactPath::kNone;
 }
 
-namespace {
-
-std::string float_text(float f) {
+std::string float_with_bits(float f) {
   uint32_t b;
   std::memcpy(&b, &f, 4);
   return fmt::format("{} (bits 0x{:08x})", f, b);
 }
-
-}  // namespace
 
 ExactProof prove_exact(const Model& source, const RequantResult& result, const Model& written,
                        unsigned threads, std::span<const std::string> names) {
@@ -94,8 +90,9 @@ ExactProof prove_exact(const Model& source, const RequantResult& result, const M
       throw Error(path, obj, b->data_start() + bad / eb * bb,
                   fmt::format("reading back: element {} is {} in {}, {} in the source ({}): {} "
                               "cannot hold it",
-                              bad, float_text(bad_b), type_name(row.type_after), float_text(bad_a),
-                              type_name(row.type_before), type_name(row.type_after)));
+                              bad, float_with_bits(bad_b), type_name(row.type_after),
+                              float_with_bits(bad_a), type_name(row.type_before),
+                              type_name(row.type_after)));
     ++proof.tensors;
     proof.values += n;
     proof.zeros_sign_changed += zeros;

@@ -9,10 +9,12 @@
 
 namespace gguf::detail {
 
-// Throws gguf::Error naming path, object and `offset` (the byte where text starts in the
-// file; syntax errors add their position). `what` names the document in messages.
+// Throws gguf::Error naming path, object and `offset`. With `in_file`, text is the file's
+// bytes from `offset` on and a syntax error's position is added to it; otherwise text was
+// decoded from a string at `offset` (an escaped JSON string value), so the error stays at
+// `offset` and its message says the byte of the text. `what` names the document in messages.
 nlohmann::json parse_json_checked(std::string_view text, const std::string& path,
                                   const std::string& object, uint64_t offset, int max_depth,
-                                  std::string_view what);
+                                  std::string_view what, bool in_file = true);
 
 }  // namespace gguf::detail

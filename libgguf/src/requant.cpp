@@ -152,6 +152,7 @@ RequantResult requant(const Model& model, const RequantOptions& o) {
                     why +
                         " (--layers, --role and --match choose the tensors to move; the others "
                         "are copied)");
+      e.exact = exact == ExactPath::kRound;
       if (exact == ExactPath::kTranscode) {
         const uint64_t src_rb = e.source_row_bytes, dst_rb = *rb;
         const std::string path = t.file->path(), name = info.name;
@@ -235,14 +236,7 @@ RequantResult requant(const Model& model, const RequantOptions& o) {
   if (lossy_note)
     r.notes.push_back("some tensors were already quantized: re-encoding them adds error");
   // Truthful metadata: the file type of what holds most weights, and the quantization keys.
-  if (const auto ft = dominant_ftype(r.plan.tensors))
-    r.plan.metadata.set("general.file_type", Value::u32(*ft));
-  else
-    r.plan.metadata.erase("general.file_type");
-  bool quantized = false;
-  for (const auto& t : r.plan.tensors)
-    quantized |= traits(static_cast<GgmlType>(t.type_id)).quantized;
-  if (quantized) r.plan.metadata.set("general.quantization_version", Value::u32(2));
+  set_file_type_keys(r.plan);
   if (o.imatrix) {
     r.plan.metadata.set("quantize.imatrix.file", Value::string(o.imatrix->path()));
     if (!o.imatrix->datasets().empty())

@@ -124,7 +124,7 @@ struct Checks {
 }  // namespace
 
 json parse_json_checked(std::string_view text, const std::string& path, const std::string& object,
-                        uint64_t offset, int max_depth, std::string_view what) {
+                        uint64_t offset, int max_depth, std::string_view what, bool in_file) {
   try {
     Checks checks{path, object, offset, max_depth, what, {}, 0};
     json::sax_parse(text.begin(), text.end(), &checks);
@@ -135,6 +135,9 @@ json parse_json_checked(std::string_view text, const std::string& path, const st
     const uint64_t at = std::min<uint64_t>(e.byte > 0 ? e.byte - 1 : 0, n > 0 ? n - 1 : 0);
     std::string why = e.what();
     if (const size_t p = why.find("syntax error"); p != std::string::npos) why = why.substr(p);
+    if (!in_file)
+      throw Error(path, object, offset,
+                  fmt::format("{} is not valid JSON (at byte {} of its text): {}", what, at, why));
     throw Error(path, object, offset + at, fmt::format("{} is not valid JSON: {}", what, why));
   }
 }

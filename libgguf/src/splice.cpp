@@ -235,6 +235,17 @@ std::optional<uint32_t> ftype_of_type(uint32_t type_id) {
   return std::nullopt;
 }
 
+void set_file_type_keys(Plan& plan) {
+  if (const auto ft = dominant_ftype(plan.tensors))
+    plan.metadata.set("general.file_type", Value::u32(*ft));
+  else
+    plan.metadata.erase("general.file_type");
+  bool quantized = false;
+  for (const auto& t : plan.tensors)
+    quantized |= traits(static_cast<GgmlType>(t.type_id)).quantized;
+  if (quantized) plan.metadata.set(kQuantVersion, Value::u32(2));
+}
+
 std::optional<uint32_t> dominant_ftype(const std::vector<PlanTensor>& tensors) {
   const bool any_matrix = std::any_of(tensors.begin(), tensors.end(),
                                       [](const auto& t) { return t.shape.size() >= 2; });

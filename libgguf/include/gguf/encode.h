@@ -30,6 +30,9 @@ struct RowEncoder {
   // cannot take one) names the input file and the byte of the failing rows; optional.
   std::string source_path;
   uint64_t source_offset = 0, source_row_bytes = 0;
+  // Refuse (throw naming the element) any value that does not read back as the same number
+  // (gguf-requant --exact to f16 or bf16), so --no-verify cannot let a rounded value through.
+  bool exact = false;
 };
 
 // A Producer serving any byte range of the encoded tensor; memory is bounded by the chunk.

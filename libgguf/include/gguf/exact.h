@@ -23,6 +23,9 @@ namespace gguf {
 
 enum class ExactPath { kNone, kDecode, kRound, kTranscode };
 
+// "0.5 (bits 0x3f000000)": a float in messages about exactness, with its bits.
+std::string float_with_bits(float f);
+
 // How `from` moves to `to` exactly; kNone with the reason in `why` when it cannot.
 ExactPath exact_path(GgmlType from, GgmlType to, std::string& why);
 

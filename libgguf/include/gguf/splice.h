@@ -85,6 +85,10 @@ std::optional<uint32_t> ftype_of_type(uint32_t type_id);
 // elements among tensors of two or more dimensions (all tensors when there are none); ties go
 // to the lower type id. nullopt when that type has no llama_ftype.
 std::optional<uint32_t> dominant_ftype(const std::vector<PlanTensor>& tensors);
+// Truthful metadata for a plan whose tensors were re-encoded: general.file_type from
+// dominant_ftype (removed when there is none), general.quantization_version = 2 when any
+// tensor is quantized.
+void set_file_type_keys(Plan& plan);
 
 // Renderers: read only the result (and the write result, when the plan was written).
 std::string render_splice_text(const SpliceResult& r, const WriteResult* written);
