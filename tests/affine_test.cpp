@@ -25,6 +25,7 @@ namespace {
 using testing::AffineFile;
 using testing::AffineValues;
 using testing::run_cli;
+using testing::same_bits;
 using testing::TempDir;
 
 // Header text (padded as given) after its 8-byte length, then data.
@@ -494,10 +495,6 @@ std::vector<float> decoded(const Model& m, const std::string& name) {
   std::vector<float> out(t->info->n_elements);
   dequantize(static_cast<GgmlType>(t->info->type_id), t->data(), out);
   return out;
-}
-
-bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * 4) == 0;
 }
 
 // Every width 1-8 with every target that takes it, groups 32 to 256, 2-D and 3-D shapes, with

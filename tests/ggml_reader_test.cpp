@@ -505,7 +505,7 @@ TEST(ggml_reader, decodes_packed_affine_imports_to_the_same_bits) {
             ASSERT_TRUE(ggml.dequantize_row(want_type, api.ggml_get_data(gt), got.data(),
                                             static_cast<int64_t>(n)));
             const auto want = testing::AffineFile::values(d);
-            EXPECT_EQ(std::memcmp(got.data(), want.data(), n * 4), 0) << name;
+            EXPECT_TRUE(testing::same_bits(got, want)) << name;
           }
         }
       }

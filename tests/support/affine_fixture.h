@@ -31,6 +31,16 @@ struct AffineTensorData {
   std::vector<uint16_t> scales, mins;  // f16 bits, rows * cols / group
 };
 
+// Bit for bit, except that any NaN matches any NaN: NaN + NaN keeps one operand's payload, and
+// which one is the compiler's choice of operand order (it differs between ggml, the library
+// and this fixture, and between builds).
+inline bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i)
+    if (std::memcmp(&a[i], &b[i], 4) != 0 && !(std::isnan(a[i]) && std::isnan(b[i]))) return false;
+  return true;
+}
+
 class AffineFile {
  public:
   explicit AffineFile(uint64_t seed) : rng_(seed) {}
