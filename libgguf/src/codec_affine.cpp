@@ -32,19 +32,33 @@ inline unsigned code_at(std::span<const uint8_t> c, uint64_t i, unsigned bits) {
   return v & ((1u << bits) - 1);
 }
 
-// Codes of elements [first, first + count) into out. Eight codes starting at an element that
-// is a multiple of 8 fill exactly `bits` whole bytes, read at once; the rest one by one.
+// Codes of 8 * groups elements starting at element 8 * group0: each run of eight fills exactly
+// B whole bytes, read at once; B is a constant so the shifts are too.
+template <unsigned B>
+void unpack_runs(const uint8_t* c, uint64_t group0, uint64_t groups, uint8_t* out) {
+  constexpr uint64_t kMask = (uint64_t{1} << B) - 1;
+  for (uint64_t g = 0; g < groups; ++g, out += 8) {
+    uint64_t w = 0;
+    std::memcpy(&w, c + (group0 + g) * B, B);  // little-endian host (static_assert'ed)
+    for (unsigned j = 0; j < 8; ++j) out[j] = static_cast<uint8_t>((w >> (j * B)) & kMask);
+  }
+}
+
+// Codes of elements [first, first + count) into out: whole runs of eight at once, the ends
+// one by one.
 void unpack_codes(std::span<const uint8_t> c, unsigned bits, uint64_t first, uint64_t count,
                   uint8_t* out) {
   uint64_t i = first;
   const uint64_t end = first + count;
   for (; i < end && i % 8 != 0; ++i) *out++ = static_cast<uint8_t>(code_at(c, i, bits));
-  const uint64_t mask = (uint64_t{1} << bits) - 1;
-  for (; i + 8 <= end; i += 8) {
-    uint64_t w = 0;
-    std::memcpy(&w, c.data() + i / 8 * bits, bits);  // little-endian host (static_assert'ed)
-    for (unsigned j = 0; j < 8; ++j) *out++ = static_cast<uint8_t>((w >> (j * bits)) & mask);
-  }
+  const uint64_t runs = (end - i) / 8;
+  using Unpack = void (*)(const uint8_t*, uint64_t, uint64_t, uint8_t*);
+  static constexpr Unpack kUnpack[9] = {nullptr,        unpack_runs<1>, unpack_runs<2>,
+                                        unpack_runs<3>, unpack_runs<4>, unpack_runs<5>,
+                                        unpack_runs<6>, unpack_runs<7>, unpack_runs<8>};
+  kUnpack[bits](c.data(), i / 8, runs, out);
+  out += 8 * runs;
+  i += 8 * runs;
   for (; i < end; ++i) *out++ = static_cast<uint8_t>(code_at(c, i, bits));
 }
 
@@ -84,22 +98,25 @@ void affine_values(const SafetensorsFile& file, const PackedAffineTensor& t, uin
   check_range(t, first, count);
   if (out.size() != count) throw Error(fmt::format("affine_values: buffer of {}", out.size()));
   const Views v = views(file, t);
+  const uint64_t groups = t.cols / t.group;
   constexpr uint64_t kPiece = 4096;
   uint8_t codes[kPiece];
-  uint64_t g = UINT64_MAX;
-  float scale = 0, min = 0;
   for (uint64_t done = 0; done < count;) {
     const uint64_t n = std::min(kPiece, count - done);
     unpack_codes(v.codes, t.bits, first + done, n, codes);
-    for (uint64_t k = 0; k < n; ++k) {
-      const uint64_t i = first + done + k;
-      if (const uint64_t gi = pair_of(t, i); gi != g) {
-        g = gi;
-        scale = fp16_to_fp32(u16_at(v.scales, g));
-        min = fp16_to_fp32(u16_at(v.mins, g));
+    // Runs of one scale/min pair: to the end of the group, the row or the piece.
+    for (uint64_t k = 0; k < n;) {
+      const uint64_t i = first + done + k, col = i % t.cols;
+      const uint64_t g = i / t.cols * groups + col / t.group;
+      const uint64_t len = std::min(n - k, t.group - col % t.group);
+      const float scale = fp16_to_fp32(u16_at(v.scales, g));
+      const float min = fp16_to_fp32(u16_at(v.mins, g));
+      float* o = out.data() + done + k;
+      for (uint64_t j = 0; j < len; ++j) {
+        const float product = static_cast<float>(codes[k + j]) * scale;
+        o[j] = product + min;
       }
-      const float product = static_cast<float>(codes[k]) * scale;
-      out[done + k] = product + min;
+      k += len;
     }
     done += n;
   }
