@@ -340,8 +340,6 @@ ImportResult import_safetensors(const SafetensorsFile& file, const ImportOptions
   return r;
 }
 
-namespace {}  // namespace
-
 ImportProof prove_import(const SafetensorsFile& file, const ImportResult& result, const Model& out,
                          unsigned threads, std::span<const std::string> names) {
   const auto name_of = [&](const TensorRef& t) {
@@ -364,13 +362,27 @@ ImportProof prove_import(const SafetensorsFile& file, const ImportResult& result
     const auto data = t->data();
     ++proof.tensors;
     if (row.plain) {
+      // In 64 MiB pieces, both sides' pages handed back as they are compared.
       const auto src = file.data(*row.plain);
-      if (src.size() != data.size() || std::memcmp(src.data(), data.data(), src.size()) != 0)
+      if (src.size() != data.size())
         throw Error(path, obj, t->data_start(),
-                    "reading back: the payload differs from the safetensors tensor's bytes");
+                    fmt::format("reading back: {} bytes where the safetensors tensor has {}",
+                                data.size(), src.size()));
+      constexpr uint64_t kPiece = uint64_t{64} << 20;
+      for (uint64_t at = 0; at < src.size(); at += kPiece) {
+        const uint64_t len = std::min<uint64_t>(kPiece, src.size() - at);
+        if (std::memcmp(src.data() + at, data.data() + at, len) != 0) {
+          uint64_t i = at;
+          while (src[i] == data[i]) ++i;
+          throw Error(path, obj, t->data_start() + i,
+                      fmt::format("reading back: payload byte {} differs from the safetensors "
+                                  "tensor's",
+                                  i));
+        }
+        t->file->source().release(t->data_start() + at, len);
+        file.source().release(row.plain->begin + at, len);
+      }
       proof.bytes += src.size();
-      t->file->source().release(t->data_start(), data.size());
-      file.source().release(row.plain->begin, src.size());
       continue;
     }
     // In pieces of 2^18 elements (whole blocks), on `threads` workers; the first difference
@@ -453,7 +465,9 @@ std::vector<uint8_t> pack_affine_safetensors(const std::vector<AffineSource>& te
       const float fd = fp16_to_fp32(d), fm = fp16_to_fp32(m);
       for (uint64_t i = g * group; i < (g + 1) * group; ++i) {
         const float q = fd > 0 ? std::nearbyint((t.values[i] - fm) / fd) : 0.0f;
-        const auto code = static_cast<unsigned>(std::clamp(q, 0.0f, static_cast<float>(top)));
+        // NaN (a NaN or infinite weight) and negatives become 0, the rest at most `top`.
+        const auto code =
+            static_cast<unsigned>(q >= 0.0f ? std::min(q, static_cast<float>(top)) : 0.0f);
         for (unsigned b = 0; b < bits; ++b)
           if ((code >> b) & 1u)
             codes[(i * bits + b) / 8] |= static_cast<uint8_t>(1u << ((i * bits + b) % 8));

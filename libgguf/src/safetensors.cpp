@@ -1,5 +1,5 @@
-// The safetensors reader: the header length, the JSON header (parsed with nlohmann-json,
-// nesting and duplicate keys checked while it parses), then each tensor's dtype, shape and
+// The safetensors reader: the header length, the JSON header (nesting and duplicate keys
+// checked by a SAX pass, then parsed with nlohmann-json), then each tensor's dtype, shape and
 // byte range, against the file, with overflow-checked arithmetic.
 #include "gguf/safetensors.h"
 
