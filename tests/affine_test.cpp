@@ -80,6 +80,20 @@ TEST(safetensors, reads_tensors_metadata_and_ranges) {
   EXPECT_EQ((f.header_bytes() + 8) % 8, 0u);  // padded as the reference library pads
 }
 
+// An empty tensor at the offset where another begins (the reference library sorts by begin,
+// then end): accepted whichever the header lists first.
+TEST(safetensors, empty_tensor_where_another_begins) {
+  for (
+      const char* h :
+      {R"({"a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}, "z": {"dtype": "F32", "shape": [0], "data_offsets": [0, 0]}})",
+       R"({"z": {"dtype": "F32", "shape": [0, 3], "data_offsets": [0, 0]}, "a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}})"}) {
+    const auto f = parse_bytes(raw_file(h, std::vector<uint8_t>(8, 0)));
+    ASSERT_EQ(f.tensors().size(), 2u);
+    EXPECT_EQ(f.tensors()[0].name, "z");
+    EXPECT_EQ(f.find("z")->n_elements, 0u);
+  }
+}
+
 TEST(safetensors, sniff_tells_gguf_and_junk_apart) {
   std::vector<uint8_t> gguf = {'G', 'G', 'U', 'F', 3, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
   EXPECT_FALSE(SafetensorsFile::sniff(*memory_source(gguf, "x")));

@@ -284,8 +284,10 @@ SafetensorsFile SafetensorsFile::parse(std::shared_ptr<const ByteSource> source)
   }
   // The ranges must tile the data section: sorted by offset, each begins where the previous
   // ended, the last ends at the end of the file (the reference library's rule).
-  std::stable_sort(f.tensors_.begin(), f.tensors_.end(),
-                   [](const auto& a, const auto& b) { return a.begin < b.begin; });
+  // (An empty tensor sits where the next one begins: by (begin, end) it comes first.)
+  std::stable_sort(f.tensors_.begin(), f.tensors_.end(), [](const auto& a, const auto& b) {
+    return a.begin != b.begin ? a.begin < b.begin : a.end < b.end;
+  });
   uint64_t expect = data_start;
   for (const auto& t : f.tensors_) {
     if (t.begin != expect)
