@@ -38,9 +38,9 @@ int main(int argc, char** argv) {
         "json", po::bool_switch(&json), "print the report as one JSON document")(
         "force", po::bool_switch(&force), "replace an existing output")(
         "no-verify", po::bool_switch(&no_verify),
-        "skip reading the output back (for an import: and the proof of exactness)")(
-        "split-max-size", po::value(&split_size),
-        "write a split set, shards at most this big (e.g. 4G)")(
+        "skip reading the output back (with --exact or for an import: also the proof of "
+        "exactness)")("split-max-size", po::value(&split_size),
+                      "write a split set, shards at most this big (e.g. 4G)")(
         "split-max-tensors",
         gguf::cli::count_value(&split_tensors, UINT64_MAX, "--split-max-tensors", 1),
         "write a split set, at most N tensors per shard")(
