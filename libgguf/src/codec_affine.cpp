@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstring>
 
@@ -17,6 +18,9 @@
 
 namespace gguf {
 namespace {
+
+static_assert(std::endian::native == std::endian::little,
+              "codes, scales and mins are little-endian; they are read in host order");
 
 inline uint16_t u16_at(std::span<const uint8_t> b, uint64_t i) {
   return static_cast<uint16_t>(b[2 * i] | (b[2 * i + 1] << 8));
@@ -39,7 +43,7 @@ void unpack_runs(const uint8_t* c, uint64_t group0, uint64_t groups, uint8_t* ou
   constexpr uint64_t kMask = (uint64_t{1} << B) - 1;
   for (uint64_t g = 0; g < groups; ++g, out += 8) {
     uint64_t w = 0;
-    std::memcpy(&w, c + (group0 + g) * B, B);  // little-endian host (static_assert'ed)
+    std::memcpy(&w, c + (group0 + g) * B, B);  // little-endian host (asserted above)
     for (unsigned j = 0; j < 8; ++j) out[j] = static_cast<uint8_t>((w >> (j * B)) & kMask);
   }
 }
