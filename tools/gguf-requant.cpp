@@ -2,6 +2,8 @@
 // packed-affine safetensors file into the ggml type that holds its values exactly.
 #include <fmt/format.h>
 
+#include <functional>
+#include <span>
 #include <thread>
 
 #include "gguf/affine.h"
@@ -68,6 +70,26 @@ int main(int argc, char** argv) {
       wo.split_max_size = gguf::cli::parse_size(split_size, "split-max-size");
     wo.split_max_tensors = split_tensors;
 
+    // Writes the plan, or on --dry-run checks what the write would refuse. With `proving`,
+    // prove(written model, output paths) runs on the written files before they reach their
+    // paths, so a difference leaves nothing behind.
+    const auto write =
+        [&](const gguf::Plan& plan, const char* label, bool proving,
+            const std::function<void(const gguf::Model&, std::span<const std::string>)>& prove) {
+          std::optional<gguf::WriteResult> written;
+          if (dry_run) {
+            gguf::check_plan(plan, out, wo);
+            return written;
+          }
+          if (proving)
+            wo.before_commit = [&prove, names = gguf::check_plan(plan, out, wo)](
+                                   const gguf::Model& m) { prove(m, names); };
+          gguf::cli::Progress progress(label);
+          wo.progress = progress.callback();
+          written = gguf::write_plan(plan, out, wo);
+          return written;
+        };
+
     const auto source = gguf::open_file_source(in);
     if (gguf::SafetensorsFile::sniff(*source) || in.ends_with(".safetensors")) {
       if (!imatrix_path.empty())
@@ -81,23 +103,10 @@ int main(int argc, char** argv) {
           gguf::import_safetensors(file, {t, base ? &*base : nullptr, threads});
       for (const auto& note : result.notes) fmt::print(stderr, "gguf-requant: note: {}\n", note);
       wo.inputs = result.inputs;
-      std::optional<gguf::WriteResult> written;
       std::optional<gguf::ImportProof> proof;
-      if (dry_run) {
-        gguf::check_plan(result.plan, out, wo);
-      } else {
-        // The proof reads the written files before they reach their paths: a difference
-        // leaves nothing behind. --no-verify skips it with the hash check.
-        if (!no_verify) {
-          const auto names = gguf::check_plan(result.plan, out, wo);
-          wo.before_commit = [&, names](const gguf::Model& m) {
-            proof = gguf::prove_import(file, result, m, threads, names);
-          };
-        }
-        gguf::cli::Progress progress("import");
-        wo.progress = progress.callback();
-        written = gguf::write_plan(result.plan, out, wo);
-      }
+      const auto written = write(result.plan, "import", !no_verify, [&](const auto& m, auto names) {
+        proof = gguf::prove_import(file, result, m, threads, names);
+      });
       const gguf::WriteResult* w = written ? &*written : nullptr;
       const gguf::ImportProof* p = proof ? &*proof : nullptr;
       fmt::print("{}", json ? gguf::render_import_json(result, w, p)
@@ -116,21 +125,11 @@ int main(int argc, char** argv) {
     for (const auto& note : result.notes) fmt::print(stderr, "gguf-requant: note: {}\n", note);
     wo.inputs = result.inputs;
     if (imatrix) wo.inputs.push_back(imatrix_path);
-    std::optional<gguf::WriteResult> written;
     std::optional<gguf::ExactProof> proof;
-    if (dry_run) {
-      gguf::check_plan(result.plan, out, wo);  // what the write would refuse, refused now
-    } else {
-      if (exact && !no_verify) {
-        const auto names = gguf::check_plan(result.plan, out, wo);
-        wo.before_commit = [&, names](const gguf::Model& m) {
+    const auto written =
+        write(result.plan, "requant", exact && !no_verify, [&](const auto& m, auto names) {
           proof = gguf::prove_exact(model, result, m, threads, names);
-        };
-      }
-      gguf::cli::Progress progress("requant");
-      wo.progress = progress.callback();
-      written = gguf::write_plan(result.plan, out, wo);
-    }
+        });
     const gguf::WriteResult* w = written ? &*written : nullptr;
     const gguf::ExactProof* p = proof ? &*proof : nullptr;
     fmt::print("{}", json ? gguf::render_requant_json(result, w, p)

@@ -28,10 +28,6 @@ namespace {
 
 using json = nlohmann::json;
 
-std::string shape_text(const std::vector<int64_t>& s) {
-  return fmt::format("[{}]", fmt::join(s, ", "));
-}
-
 // The payload of a packed tensor as `type`, made in units of one block (q4_1, q5_1) or one
 // element (f32), about 8 MiB at a time, split across threads.
 Producer affine_producer(const SafetensorsFile& file, const PackedAffineTensor& t, GgmlType type,

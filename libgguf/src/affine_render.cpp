@@ -6,17 +6,15 @@
 #include "gguf/affine.h"
 #include "gguf/cli.h"
 #include "gguf/escape.h"
+#include "gguf/file.h"
 #include "gguf/table.h"
+#include "render_written.h"
 
 namespace gguf {
 namespace {
 
 std::string before_text(const ImportRow& row) {
   return row.packed ? fmt::format("u{} affine g{}", row.bits, row.group) : row.type_before;
-}
-
-uint64_t after_bytes(const ImportResult& r, const WriteResult* w) {
-  return w ? w->bytes : r.bytes_after;
 }
 
 }  // namespace
@@ -34,7 +32,7 @@ std::string render_import_text(const ImportResult& r, const WriteResult* written
     ++imported;
     packed += row.packed != nullptr;
     t.add({escape_for_terminal(row.name), before_text(row), type_name(row.type_after),
-           fmt::format("[{}]", fmt::join(row.shape, ", ")), cli::human_bytes(row.bytes_before),
+           shape_text(row.shape), cli::human_bytes(row.bytes_before),
            cli::human_bytes(row.bytes_after)});
   }
   std::string out = t.render();
@@ -44,12 +42,7 @@ std::string render_import_text(const ImportResult& r, const WriteResult* written
       imported, imported == 1 ? "" : "s", packed, imported - packed);
   if (base > 0) out += fmt::format(", {} kept from the base", base);
   out += "\n";
-  out += fmt::format("size: {} -> {}\n", cli::human_bytes(r.bytes_before),
-                     cli::human_bytes(after_bytes(r, written)));
-  if (written) {
-    for (const auto& p : written->paths) out += fmt::format("wrote {}\n", escape_for_terminal(p));
-    if (written->verified) out += "verified: every tensor read back and hashed\n";
-  }
+  out += detail::written_text(r.bytes_before, r.bytes_after, written);
   if (written && !proof) out += "exact: not proven (--no-verify): the output was not read back\n";
   if (proof)
     out += fmt::format(
@@ -83,14 +76,7 @@ std::string render_import_json(const ImportResult& r, const WriteResult* written
     }
     doc["tensors"].push_back(std::move(j));
   }
-  doc["bytes_before"] = r.bytes_before;
-  doc["bytes_after"] = after_bytes(r, written);
-  doc["output"] = written ? json(utf8_or_escaped(written->paths.front())) : json(nullptr);
-  if (written && written->paths.size() > 1) {
-    doc["outputs"] = json::array();
-    for (const auto& p : written->paths) doc["outputs"].push_back(utf8_or_escaped(p));
-  }
-  doc["verified"] = written ? written->verified : false;
+  detail::add_written_json(doc, r.bytes_before, r.bytes_after, written);
   doc["exact"] =
       proof ? json{{"tensors", proof->tensors}, {"values", proof->values}, {"bytes", proof->bytes}}
             : json(nullptr);

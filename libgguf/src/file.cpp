@@ -3,6 +3,7 @@
 #include "gguf/file.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <bit>
 #include <cstring>
@@ -34,6 +35,10 @@ const KeyValue* find_key_as_ggml(const Metadata& m, std::string_view key) {
   for (const KeyValue& e : m.entries())
     if (std::string_view(e.key.c_str()) == key) return &e;
   return nullptr;
+}
+
+std::string shape_text(const std::vector<int64_t>& shape) {
+  return fmt::format("[{}]", fmt::join(shape, ", "));
 }
 
 uint64_t TensorInfo::require_bytes(const std::string& path) const {

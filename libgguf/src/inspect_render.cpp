@@ -13,12 +13,6 @@
 namespace gguf {
 namespace {
 
-std::string shape_text(const std::vector<int64_t>& shape) {
-  std::string s = "[";
-  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
-  return s + "]";
-}
-
 std::string bpw_text(uint64_t bytes, uint64_t params) {
   return params
              ? fmt::format("{:.4f}", static_cast<double>(bytes) * 8.0 / static_cast<double>(params))

@@ -8,6 +8,7 @@
 #include "gguf/exact.h"
 #include "gguf/requant.h"
 #include "gguf/table.h"
+#include "render_written.h"
 
 namespace gguf {
 namespace {
@@ -21,10 +22,6 @@ std::string_view importance_name(ImportanceSource s) {
     default:
       return "-";
   }
-}
-
-uint64_t after_bytes(const RequantResult& r, const WriteResult* w) {
-  return w ? w->bytes : r.bytes_after;
 }
 
 }  // namespace
@@ -48,12 +45,7 @@ std::string render_requant_text(const RequantResult& r, const WriteResult* writt
   const size_t encoded = r.rows.size() - copied;
   out += fmt::format("\n{} tensor{} re-encoded, {} copied byte for byte\n", encoded,
                      encoded == 1 ? "" : "s", copied);
-  out += fmt::format("size: {} -> {}\n", cli::human_bytes(r.bytes_before),
-                     cli::human_bytes(after_bytes(r, written)));
-  if (written) {
-    for (const auto& p : written->paths) out += fmt::format("wrote {}\n", escape_for_terminal(p));
-    if (written->verified) out += "verified: every tensor read back and hashed\n";
-  }
+  out += detail::written_text(r.bytes_before, r.bytes_after, written);
   if (exact)
     out +=
         fmt::format("exact: {} re-encoded tensor{} read back: {} values equal to the source's{}\n",
@@ -84,14 +76,7 @@ std::string render_requant_json(const RequantResult& r, const WriteResult* writt
                               {"importance", row.importance == ImportanceSource::kNone
                                                  ? json(nullptr)
                                                  : json(importance_name(row.importance))}});
-  doc["bytes_before"] = r.bytes_before;
-  doc["bytes_after"] = after_bytes(r, written);
-  doc["output"] = written ? json(utf8_or_escaped(written->paths.front())) : json(nullptr);
-  if (written && written->paths.size() > 1) {
-    doc["outputs"] = json::array();
-    for (const auto& p : written->paths) doc["outputs"].push_back(utf8_or_escaped(p));
-  }
-  doc["verified"] = written ? written->verified : false;
+  detail::add_written_json(doc, r.bytes_before, r.bytes_after, written);
   doc["exact"] = exact ? json{{"tensors", exact->tensors},
                               {"values", exact->values},
                               {"zeros_sign_changed", exact->zeros_sign_changed}}

@@ -55,10 +55,6 @@ std::string file_name(const std::string& path) {
   return std::filesystem::path(path).filename().string();
 }
 
-std::string shape_text(const std::vector<int64_t>& shape) {
-  return fmt::format("[{}]", fmt::join(shape, ", "));
-}
-
 std::string arch_text(const std::string& arch) {
   return arch.empty() ? std::string("(none)") : fmt::format("'{}'", escape_for_terminal(arch));
 }

@@ -45,6 +45,8 @@ struct TensorInfo {
 // "tensor 'name'" with the name escaped (and cut after 100 bytes); the object of errors.
 std::string tensor_object(std::string_view name);
 std::string key_object(std::string_view key);
+// "[4096, 128, 8]": a shape in messages and tables.
+std::string shape_text(const std::vector<int64_t>& shape);
 
 // The entry ggml's gguf_find_key finds: the first whose key reads `key` up to a NUL byte.
 const KeyValue* find_key_as_ggml(const Metadata& m, std::string_view key);
