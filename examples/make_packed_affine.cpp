@@ -14,7 +14,7 @@
 namespace po = boost::program_options;
 
 int main(int argc, char** argv) {
-  return gguf::cli::run_tool("make_packed_affine", [&] {
+  return gguf::cli::run_tool("make_packed_affine", argc, argv, [&] {
     std::string in, out;
     unsigned bits = 4;
     uint64_t group = 32;

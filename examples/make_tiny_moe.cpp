@@ -11,7 +11,7 @@
 namespace po = boost::program_options;
 
 int main(int argc, char** argv) {
-  return gguf::cli::run_tool("make_tiny_moe", [&] {
+  return gguf::cli::run_tool("make_tiny_moe", argc, argv, [&] {
     std::string out, recipe = "f32";
     gguf::MoeSpec spec;
     bool force = false;

@@ -289,8 +289,6 @@ TEST(diff_cli, usage_errors_exit_2) {
   EXPECT_EQ(err({"only.gguf"}), "gguf-diff: error: expected two models A and B, got 1\n" + hint);
   EXPECT_EQ(err({"--manifest", "m.json", "a.gguf", "b.gguf"}),
             "gguf-diff: error: expected one model with --manifest, got 2\n" + hint);
-  EXPECT_EQ(err({"-q", "--json", "a.gguf", "b.gguf"}),
-            "gguf-diff: error: --quiet and --json exclude each other\n" + hint);
   EXPECT_EQ(err({"--manifest", "m.json", "--values", "b.gguf"}),
             "gguf-diff: error: --values, --imatrix, --reference and --paranoid need the bytes of "
             "both sides; a manifest holds only hashes\n" +

@@ -149,7 +149,7 @@ TEST(writer, truncated_input_is_an_error_not_a_crash) {
   EXPECT_EXIT(
       {
         cli::run_tool(
-            "gguf-x",
+            "gguf-x", 0, nullptr,
             [&] {
               detail::OutputFile out(dir.file("o.gguf"), /*unnamed=*/false);
               const auto src = open_file_source(input);
@@ -284,7 +284,7 @@ TEST(writer, signal_during_commit_waits_for_the_whole_set) {
   const pid_t pid = ::fork();
   if (pid == 0) {
     cli::run_tool(
-        "gguf-x",
+        "gguf-x", 0, nullptr,
         [&] {
           std::vector<std::unique_ptr<detail::OutputFile>> outs;
           for (const char* name : {"s1.gguf", "s2.gguf"}) {

@@ -41,17 +41,16 @@ int run(int argc, char** argv) {
       "no-metadata", "compare tensors only")("all", "list unchanged tensors too")(
       "no-summary", "leave out the by-role and by-layer tables")(
       "json", "print the report as one JSON document")(
-      "quiet,q", "print nothing; exit status only (stops at the first difference)")(
-      "threads,j",
-      gguf::cli::count_value(&threads, gguf::cli::kMaxThreads, "--threads")->value_name("N"),
-      "worker threads (default: all cores)");
-  desc.add_options()("input", po::value(&inputs)->composing()->value_name("FILE"),
-                     "the models to compare (positional)");
+      "quiet,q", "print nothing; exit status only (stops at the first difference)");
+  gguf::cli::add_threads_option(desc, &threads, "worker");
   selector.add_to(desc);
+  po::options_description hidden;
+  hidden.add_options()("input", po::value(&inputs)->composing());
   po::positional_options_description positional;
   positional.add("input", -1);
   po::variables_map vm;
-  if (gguf::cli::parse_command_line(argc, argv, kTool, kUsage, desc, positional, vm)) return 0;
+  if (gguf::cli::parse_command_line(argc, argv, kTool, kUsage, desc, hidden, positional, vm))
+    return 0;
 
   const bool manifest = vm.count("manifest");
   const size_t want = manifest ? 1 : 2;
@@ -104,5 +103,5 @@ int run(int argc, char** argv) {
 
 int main(int argc, char** argv) {
   return gguf::cli::run_tool(
-      kTool, [&] { return run(argc, argv); }, 2);
+      kTool, argc, argv, [&] { return run(argc, argv); }, 2);
 }

@@ -7,8 +7,8 @@
 namespace po = boost::program_options;
 
 int main(int argc, char** argv) {
-  return gguf::cli::run_tool("gguf-inspect", [&] {
-    std::string path;
+  return gguf::cli::run_tool("gguf-inspect", argc, argv, [&] {
+    std::vector<std::string> files;
     bool json = false, meta = false, tensors = false, full = false, check = false, hashes = false;
     unsigned threads = 0;
     gguf::cli::SelectorArgs sel;
@@ -22,17 +22,20 @@ int main(int argc, char** argv) {
         "check", po::bool_switch(&check),
         "report what llama.cpp's loader would refuse; exit 1 if any problem")(
         "hashes", po::bool_switch(&hashes),
-        "add each tensor's xxh3-64 (a manifest gguf-diff --manifest reads)")(
-        "threads", gguf::cli::count_value(&threads, gguf::cli::kMaxThreads, "--threads"),
-        "hashing/check threads (default: all cores)")("file", po::value(&path)->required(),
-                                                      "GGUF file (or first shard of a split set)");
+        "add each tensor's xxh3-64 (a manifest gguf-diff --manifest reads)");
+    gguf::cli::add_threads_option(desc, &threads, "hashing/check");
     sel.add_to(desc);
+    po::options_description hidden;
+    hidden.add_options()("file", po::value(&files)->composing());
     po::positional_options_description pos;
-    pos.add("file", 1);
+    pos.add("file", -1);
     po::variables_map vm;
-    if (gguf::cli::parse_command_line(argc, argv, "gguf-inspect", "[OPTIONS] FILE.gguf", desc, pos,
-                                      vm))
+    if (gguf::cli::parse_command_line(argc, argv, "gguf-inspect", "[OPTIONS] FILE.gguf", desc,
+                                      hidden, pos, vm))
       return 0;
+    if (files.empty()) gguf::usage_error("missing FILE.gguf, the model to inspect");
+    gguf::cli::check_positional(files, 1, "one model at a time; a split set by its first shard");
+    const std::string& path = files.front();
 
     gguf::InspectOptions opt{sel.parse(), hashes, check, threads, {}};
     gguf::RenderOptions ro{!(meta || tensors) || check, meta, tensors || hashes, full};
@@ -48,6 +51,7 @@ int main(int argc, char** argv) {
       if (!err) throw;
       report = gguf::inspect_partial(*partial, *err);
       fmt::print("{}", json ? gguf::render_json(report) : gguf::render_text(report, ro));
+      gguf::cli::json_document_printed();
       throw;
     }
     gguf::cli::Progress progress(hashes ? "hashing" : "checking");

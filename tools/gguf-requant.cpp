@@ -15,10 +15,12 @@
 namespace po = boost::program_options;
 
 int main(int argc, char** argv) {
-  return gguf::cli::run_tool("gguf-requant", [&] {
-    std::string in, out, type, imatrix_path, base_path;
+  return gguf::cli::run_tool("gguf-requant", argc, argv, [&] {
+    std::vector<std::string> inputs;
+    std::string out, type, imatrix_path, base_path;
     bool json = false, force = false, no_verify = false, dry_run = false, exact = false;
-    unsigned threads = std::max(1u, std::thread::hardware_concurrency());
+    bool quiet = false;
+    unsigned threads = 0;
     std::string split_size;
     uint64_t split_tensors = 0;
     gguf::cli::SelectorArgs sel;
@@ -33,11 +35,11 @@ int main(int argc, char** argv) {
         "they fit; q4_0 -> q4_1, q5_0 -> q5_1), proven by reading the output back")(
         "base", po::value(&base_path),
         "packed-affine import: start from this GGUF (its metadata and tensors; the import's "
-        "tensors replace those of the same name)")(
-        "threads", gguf::cli::count_value(&threads, gguf::cli::kMaxThreads, "--threads"),
-        "encoding threads (default: all cores)")("dry-run", po::bool_switch(&dry_run),
-                                                 "show the plan, write nothing")(
+        "tensors replace those of the same name)")("dry-run", po::bool_switch(&dry_run),
+                                                   "show the plan, write nothing")(
         "json", po::bool_switch(&json), "print the report as one JSON document")(
+        "quiet,q", po::bool_switch(&quiet),
+        "print nothing on success (no report, notes or progress; errors still go to stderr)")(
         "force", po::bool_switch(&force), "replace an existing output")(
         "no-verify", po::bool_switch(&no_verify),
         "skip reading the output back (with --exact or for an import: also the proof of "
@@ -45,24 +47,30 @@ int main(int argc, char** argv) {
                       "write a split set, shards at most this big (e.g. 4G)")(
         "split-max-tensors",
         gguf::cli::count_value(&split_tensors, UINT64_MAX, "--split-max-tensors", 1),
-        "write a split set, at most N tensors per shard")(
-        "input", po::value(&in)->required(),
-        "input GGUF (or first shard), or a packed-affine .safetensors file");
+        "write a split set, at most N tensors per shard");
+    gguf::cli::add_threads_option(desc, &threads, "encoding");
     sel.add_to(desc);
+    po::options_description hidden;
+    hidden.add_options()("input", po::value(&inputs)->composing());
     po::positional_options_description pos;
-    pos.add("input", 1);
+    pos.add("input", -1);
     po::variables_map vm;
     if (gguf::cli::parse_command_line(argc, argv, "gguf-requant",
                                       "IN.gguf -o OUT.gguf --type TYPE [OPTIONS]\n"
                                       "       gguf-requant IN.safetensors -o OUT.gguf [--type "
                                       "q4_1|q5_1|f32] [--base BASE.gguf] [OPTIONS]",
-                                      desc, pos, vm))
+                                      desc, hidden, pos, vm))
       return 0;
+    if (inputs.empty())
+      gguf::usage_error("missing IN.gguf (or IN.safetensors), the model to re-encode");
+    gguf::cli::check_positional(inputs, 1, "the output goes after -o");
+    if (quiet && json) gguf::usage_error("--quiet and --json exclude each other");
+    const std::string& in = inputs.front();
+    threads = gguf::cli::thread_count(threads);
     std::optional<gguf::GgmlType> t;
     if (!type.empty() && !(t = gguf::parse_type(type)))
       gguf::usage_error(fmt::format("--type: unknown type '{}'", type));
     if (out.empty() && !dry_run) gguf::usage_error("an output path is required (-o OUT.gguf)");
-    if (threads == 0) gguf::usage_error("--threads must be at least 1");
     gguf::WriteOptions wo;
     wo.force = force;
     wo.verify = !no_verify;
@@ -84,8 +92,8 @@ int main(int argc, char** argv) {
           if (proving)
             wo.before_commit = [&prove, names = gguf::check_plan(plan, out, wo)](
                                    const gguf::Model& m) { prove(m, names); };
-          gguf::cli::Progress progress(label);
-          wo.progress = progress.callback();
+          gguf::cli::Progress progress(quiet ? "" : label);
+          if (!quiet) wo.progress = progress.callback();
           written = gguf::write_plan(plan, out, wo);
           return written;
         };
@@ -101,7 +109,8 @@ int main(int argc, char** argv) {
       if (!base_path.empty()) base = gguf::Model::open(base_path);
       const gguf::ImportResult result =
           gguf::import_safetensors(file, {t, base ? &*base : nullptr, threads});
-      for (const auto& note : result.notes) fmt::print(stderr, "gguf-requant: note: {}\n", note);
+      if (!quiet)
+        for (const auto& note : result.notes) fmt::print(stderr, "gguf-requant: note: {}\n", note);
       wo.inputs = result.inputs;
       std::optional<gguf::ImportProof> proof;
       const auto written = write(result.plan, "import", !no_verify, [&](const auto& m, auto names) {
@@ -109,8 +118,9 @@ int main(int argc, char** argv) {
       });
       const gguf::WriteResult* w = written ? &*written : nullptr;
       const gguf::ImportProof* p = proof ? &*proof : nullptr;
-      fmt::print("{}", json ? gguf::render_import_json(result, w, p)
-                            : gguf::render_import_text(result, w, p));
+      if (!quiet)
+        fmt::print("{}", json ? gguf::render_import_json(result, w, p)
+                              : gguf::render_import_text(result, w, p));
       return 0;
     }
     if (!t) gguf::usage_error("--type is required (the type to re-encode to)");
@@ -122,7 +132,8 @@ int main(int argc, char** argv) {
     if (!imatrix_path.empty()) imatrix = gguf::Imatrix::load(imatrix_path);
     gguf::RequantOptions opt{*t, sel.parse(), imatrix ? &*imatrix : nullptr, threads, exact};
     const gguf::RequantResult result = gguf::requant(model, opt);
-    for (const auto& note : result.notes) fmt::print(stderr, "gguf-requant: note: {}\n", note);
+    if (!quiet)
+      for (const auto& note : result.notes) fmt::print(stderr, "gguf-requant: note: {}\n", note);
     wo.inputs = result.inputs;
     if (imatrix) wo.inputs.push_back(imatrix_path);
     std::optional<gguf::ExactProof> proof;
@@ -132,8 +143,9 @@ int main(int argc, char** argv) {
         });
     const gguf::WriteResult* w = written ? &*written : nullptr;
     const gguf::ExactProof* p = proof ? &*proof : nullptr;
-    fmt::print("{}", json ? gguf::render_requant_json(result, w, p)
-                          : gguf::render_requant_text(result, w, p));
+    if (!quiet)
+      fmt::print("{}", json ? gguf::render_requant_json(result, w, p)
+                            : gguf::render_requant_text(result, w, p));
     return 0;
   });
 }

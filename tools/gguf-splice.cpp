@@ -31,7 +31,7 @@ constexpr std::string_view kUsage =
 
 int run(int argc, char** argv) {
   std::string base_path, donor_path, out, split_size;
-  std::vector<std::string> takes;
+  std::vector<std::string> takes, args;
   uint64_t split_tensors = 0;
   cli::SelectorArgs sel;
   po::options_description desc("Options");
@@ -45,18 +45,29 @@ int run(int argc, char** argv) {
                      "(repeatable)")("output,o", po::value(&out), "write the result to OUT")(
       "force", "replace OUT if it exists")("dry-run", "show the plan, write nothing")(
       "json", "print the plan (and result) as JSON on stdout")(
+      "quiet,q", "print no report and no progress (warnings and errors still go to stderr)")(
       "no-verify", "skip reading the output back to compare every payload's xxh3")(
       "split-max-size", po::value(&split_size), "write a split set, shards of at most SIZE (4G)")(
       "split-max-tensors", cli::count_value(&split_tensors, UINT64_MAX, "--split-max-tensors", 1),
       "write a split set, N tensors per shard")(
       "allow-mixed-gate-up", "permit gate and up experts of a layer to differ in type")(
       "force-arch", "permit donors of another general.architecture");
+  po::options_description hidden;
+  hidden.add_options()("args", po::value(&args)->composing());
   po::positional_options_description positional;
-  positional.add("base", 1);
+  positional.add("args", -1);
   po::variables_map vm;
-  if (cli::parse_command_line(argc, argv, kTool, kUsage, desc, positional, vm)) return 0;
+  if (cli::parse_command_line(argc, argv, kTool, kUsage, desc, hidden, positional, vm)) return 0;
 
-  const bool dry_run = vm.count("dry-run") > 0;
+  const char* const where = "donors go after --donor or --take, the output after -o";
+  if (!base_path.empty()) {
+    cli::check_positional(args, 0, where);
+  } else if (!args.empty()) {
+    cli::check_positional(args, 1, where);
+    base_path = args.front();
+  }
+  const bool dry_run = vm.count("dry-run") > 0, quiet = vm.count("quiet") > 0;
+  if (quiet && vm.count("json")) usage_error("--quiet and --json exclude each other");
   if (base_path.empty()) usage_error("missing BASE.gguf, the model to splice into");
   if (out.empty() && !dry_run) usage_error("missing -o OUT.gguf (or use --dry-run)");
   if (sel.given() && donor_path.empty())
@@ -92,17 +103,18 @@ int run(int argc, char** argv) {
   if (dry_run) {
     check_plan(r.plan, out, wo);  // what the write would refuse, refused now
   } else {
-    cli::Progress progress("splicing");
-    wo.progress = progress.callback();
+    cli::Progress progress(quiet ? "" : "splicing");
+    if (!quiet) wo.progress = progress.callback();
     written = write_plan(r.plan, out, wo);
   }
   const WriteResult* w = written ? &*written : nullptr;
-  fmt::print("{}", vm.count("json") ? render_splice_json(r, w) : render_splice_text(r, w));
+  if (!quiet)
+    fmt::print("{}", vm.count("json") ? render_splice_json(r, w) : render_splice_text(r, w));
   return 0;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  return cli::run_tool(kTool, [&] { return run(argc, argv); });
+  return cli::run_tool(kTool, argc, argv, [&] { return run(argc, argv); });
 }

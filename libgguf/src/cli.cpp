@@ -12,10 +12,13 @@
 #include <cstring>
 #include <mutex>
 #include <new>
+#include <nlohmann/json.hpp>
 #include <sstream>
 #include <system_error>
+#include <thread>
 
 #include "gguf/error.h"
+#include "gguf/escape.h"
 #include "writer_internal.h"
 
 namespace gguf::cli {
@@ -85,8 +88,44 @@ bool stdout_complete(std::string_view tool) {
 
 }  // namespace
 
-int run_tool(std::string_view tool, const std::function<int()>& body, int failure_code) {
+namespace {
+
+bool g_json_printed = false;
+
+// True when --json is one of the arguments (options end at "--").
+bool wants_json(int argc, char** argv) {
+  for (int i = 1; i < argc && argv[i]; ++i) {
+    const std::string_view a = argv[i];
+    if (a == "--") return false;
+    if (a == "--json") return true;
+  }
+  return false;
+}
+
+// The failure's message on stderr (and, with --json, as a document on stdout); returns code.
+struct Failure {
+  std::string_view tool;
+  bool json;
+  int report(int code, std::string_view message, bool usage) const {
+    fmt::print(stderr, "{}: error: {}\n", tool, message);
+    if (usage) fmt::print(stderr, "Try '{} --help' for more information.\n", tool);
+    if (json && !g_json_printed) {
+      const nlohmann::json doc = {{"error", utf8_or_escaped(message)}, {"exit_code", code}};
+      fmt::print("{}\n", doc.dump(2));
+      std::fflush(stdout);
+    }
+    return code;
+  }
+};
+
+}  // namespace
+
+void json_document_printed() { g_json_printed = true; }
+
+int run_tool(std::string_view tool, int argc, char** argv, const std::function<int()>& body,
+             int failure_code) {
   install_signal_handlers(tool, failure_code);
+  const Failure fail{tool, wants_json(argc, argv)};
   try {
     const int code = body();
     return stdout_complete(tool) ? code : failure_code;
@@ -97,37 +136,31 @@ int run_tool(std::string_view tool, const std::function<int()>& body, int failur
                  detail::errno_text(e.code().value()));
       return failure_code;
     }
-    fmt::print(stderr, "{}: error: {}\n", tool, e.what());
-    return failure_code;
+    return fail.report(failure_code, e.what(), false);
   } catch (const Error& e) {
-    fmt::print(stderr, "{}: error: {}\n", tool, e.what());
-    if (e.kind() == Error::Kind::kUsage) {
-      fmt::print(stderr, "Try '{} --help' for more information.\n", tool);
-      return 2;
-    }
-    return failure_code;
+    const bool usage = e.kind() == Error::Kind::kUsage;
+    return fail.report(usage ? 2 : failure_code, e.what(), usage);
   } catch (const po::error& e) {
-    fmt::print(stderr, "{}: error: {}\nTry '{} --help' for more information.\n", tool, e.what(),
-               tool);
-    return 2;
+    return fail.report(2, e.what(), true);
   } catch (const std::bad_alloc&) {
-    fmt::print(stderr, "{}: error: out of memory\n", tool);
-    return failure_code;
+    return fail.report(failure_code, "out of memory", false);
   } catch (const std::exception& e) {
-    fmt::print(stderr, "{}: error: {}\n", tool, e.what());
-    return failure_code;
+    return fail.report(failure_code, e.what(), false);
   }
 }
 
 bool parse_command_line(int argc, char** argv, std::string_view tool, std::string_view usage,
-                        const po::options_description& desc,
+                        const po::options_description& visible,
+                        const po::options_description& hidden,
                         const po::positional_options_description& positional,
                         po::variables_map& vm) {
-  po::store(po::command_line_parser(argc, argv).options(desc).positional(positional).run(), vm);
+  po::options_description all;
+  all.add(visible).add(hidden);
+  po::store(po::command_line_parser(argc, argv).options(all).positional(positional).run(), vm);
   if (vm.count("help")) {
     fmt::print("Usage: {} {}\n\n", tool, usage);
     std::ostringstream os;
-    os << desc;
+    os << visible;
     fmt::print("{}\n", os.str());
     return true;
   }
@@ -137,6 +170,29 @@ bool parse_command_line(int argc, char** argv, std::string_view tool, std::strin
   }
   po::notify(vm);
   return false;
+}
+
+bool parse_command_line(int argc, char** argv, std::string_view tool, std::string_view usage,
+                        const po::options_description& desc,
+                        const po::positional_options_description& positional,
+                        po::variables_map& vm) {
+  return parse_command_line(argc, argv, tool, usage, desc, po::options_description(), positional,
+                            vm);
+}
+
+void check_positional(const std::vector<std::string>& args, size_t max, std::string_view hint) {
+  if (args.size() <= max) return;
+  usage_error(fmt::format("unexpected argument '{}'{}", escape_for_terminal(args[max]),
+                          hint.empty() ? "" : fmt::format(" ({})", hint)));
+}
+
+void add_threads_option(po::options_description& desc, unsigned* threads, std::string_view what) {
+  desc.add_options()("threads,j", count_value(threads, kMaxThreads, "--threads")->value_name("N"),
+                     fmt::format("{} threads (default 0: all cores)", what).c_str());
+}
+
+unsigned thread_count(unsigned threads) {
+  return threads ? threads : std::max(1u, std::thread::hardware_concurrency());
 }
 
 void SelectorArgs::add_to(po::options_description& desc) {

@@ -24,14 +24,30 @@ std::string_view version();
 // Boost.Program_options errors with 2. Also installs signal handlers: SIGINT, SIGTERM and
 // SIGHUP remove the writer's temp files before the process dies of them; SIGBUS (a mapped
 // input truncated while in use) prints an error and exits with failure_code.
-int run_tool(std::string_view tool, const std::function<int()>& body, int failure_code = 1);
+// With --json among the arguments (before a "--"), a failure also prints one JSON document on
+// stdout, {"error": message, "exit_code": N}, so a script that parses stdout always gets a
+// document; a tool that printed its own document with the error sets json_document_printed().
+int run_tool(std::string_view tool, int argc, char** argv, const std::function<int()>& body,
+             int failure_code = 1);
+void json_document_printed();
 
-// Parses argv into vm with desc and positional; handles --help (prints usage and desc to
-// stdout; returns true meaning "exit 0 now") and --version.
+// Parses argv into vm with the options of visible (listed by --help) and hidden (parsed, not
+// listed: what the positional arguments fill) and positional; handles --help (prints usage and
+// visible to stdout; returns true meaning "exit 0 now") and --version.
+bool parse_command_line(int argc, char** argv, std::string_view tool, std::string_view usage,
+                        const po::options_description& visible,
+                        const po::options_description& hidden,
+                        const po::positional_options_description& positional,
+                        po::variables_map& vm);
+// The same with no hidden options.
 bool parse_command_line(int argc, char** argv, std::string_view tool, std::string_view usage,
                         const po::options_description& desc,
                         const po::positional_options_description& positional,
                         po::variables_map& vm);
+
+// The positional arguments a tool takes (at most `max`): a usage error names the first extra
+// one and says where it belongs (hint, e.g. "the output goes after -o").
+void check_positional(const std::vector<std::string>& args, size_t max, std::string_view hint);
 
 // --layers, --role, --match, shared by all tools.
 struct SelectorArgs {
@@ -63,8 +79,13 @@ po::typed_value<Count>* count_value(T* target, uint64_t max, std::string option,
   });
 }
 
-// --threads accepts at most this many (and 0 where it means "all cores").
+// --threads accepts at most this many; 0 means "all cores".
 inline constexpr uint64_t kMaxThreads = 1024;
+
+// -j/--threads N, the same in every tool: 0 (the default) means all cores.
+void add_threads_option(po::options_description& desc, unsigned* threads, std::string_view what);
+// The number of threads to run: threads, or every core when it is 0.
+unsigned thread_count(unsigned threads);
 
 // Parses a size like "4G", "500M", "123456" (powers of 1024 for K/M/G/T); usage error otherwise.
 uint64_t parse_size(std::string_view text, std::string_view option);

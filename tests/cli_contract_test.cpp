@@ -1,0 +1,177 @@
+// The command-line contract all four tools share (DESIGN.md): --json failures as one JSON
+// document, positional arguments checked with a hint, -j/--threads with 0 meaning all cores,
+// -q/--quiet, and --help that lists only options a user can type.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "cli_run.h"
+#include "diff_fixture.h"
+
+namespace {
+
+using gguf::diff_fixture::Fixture;
+using gguf::testing::CliResult;
+using gguf::testing::run_cli;
+using gguf::testing::TempDir;
+
+std::string scrub(std::string s, const std::string& dir) {
+  for (size_t p; (p = s.find(dir)) != std::string::npos;) s.replace(p, dir.size(), "DIR");
+  return s;
+}
+
+// Expects exactly one JSON document on stdout with the error and the exit code, and the same
+// message on stderr as without --json.
+void expect_json_error(const CliResult& r, int code, const std::string& message,
+                       const std::string& dir) {
+  EXPECT_EQ(r.code, code);
+  const auto doc = nlohmann::json::parse(r.out);  // throws if not exactly one document
+  EXPECT_EQ(doc.size(), 2u) << r.out;
+  EXPECT_EQ(scrub(doc.value("error", ""), dir), message);
+  EXPECT_EQ(doc.value("exit_code", -1), code);
+  EXPECT_NE(scrub(r.err, dir).find(message), std::string::npos) << r.err;
+}
+
+TEST(cli_contract, json_failures_print_one_error_document) {
+  TempDir dir;
+  const std::string a = Fixture().write(dir, "a.gguf");
+  const std::string missing = dir.file("missing.gguf");
+  const std::string no_file = "DIR/missing.gguf: cannot open: No such file or directory";
+  expect_json_error(run_cli("gguf-diff", {"--json", a, missing}), 2, no_file, dir.path());
+  expect_json_error(run_cli("gguf-inspect", {"--json", missing}), 1, no_file, dir.path());
+  expect_json_error(
+      run_cli("gguf-splice", {missing, "--donor", a, "-o", dir.file("o.gguf"), "--json"}), 1,
+      no_file, dir.path());
+  expect_json_error(run_cli("gguf-requant", {a, "--json", "-o", dir.file("o.gguf")}), 2,
+                    "--type is required (the type to re-encode to)", dir.path());
+  expect_json_error(run_cli("gguf-requant", {a, "--json", "--type", "q9_9", "-o", "x"}), 2,
+                    "--type: unknown type 'q9_9'", dir.path());
+  expect_json_error(run_cli("gguf-diff", {"--json", "--frobnicate", a, a}), 2,
+                    "unrecognised option '--frobnicate'", dir.path());
+  expect_json_error(run_cli("gguf-diff", {"-q", "--json", a, a}), 2,
+                    "--quiet and --json exclude each other", dir.path());
+  // Nothing was written: the failed runs left no output behind.
+  EXPECT_FALSE(std::filesystem::exists(dir.file("o.gguf")));
+}
+
+TEST(cli_contract, without_json_failures_print_nothing_on_stdout) {
+  TempDir dir;
+  const CliResult r = run_cli("gguf-inspect", {dir.file("missing.gguf")});
+  EXPECT_EQ(r.code, 1);
+  EXPECT_EQ(r.out, "");
+  // "--json" after "--" is a file name, not the option.
+  const CliResult s = run_cli("gguf-diff", {"--", "--json", dir.file("missing.gguf")});
+  EXPECT_EQ(s.code, 2);
+  EXPECT_EQ(s.out, "");
+}
+
+// A damaged file: gguf-inspect --json prints its partial report, which carries the error; no
+// second document follows.
+TEST(cli_contract, inspect_json_on_damaged_file_is_one_document) {
+  TempDir dir;
+  Fixture().write(dir, "a.gguf");
+  std::filesystem::resize_file(dir.file("a.gguf"), 200);
+  const CliResult r = run_cli("gguf-inspect", {"--json", dir.file("a.gguf")});
+  EXPECT_EQ(r.code, 1);
+  const auto doc = nlohmann::json::parse(r.out);
+  EXPECT_TRUE(doc.contains("error"));
+  EXPECT_TRUE(doc.contains("metadata"));
+}
+
+TEST(cli_contract, extra_positional_arguments_name_the_argument_and_where_it_belongs) {
+  TempDir dir;
+  const std::string a = Fixture().write(dir, "a.gguf");
+  const auto err = [&](const std::string& tool, const std::vector<std::string>& args) {
+    const CliResult r = run_cli(tool, args);
+    EXPECT_EQ(r.code, 2);
+    EXPECT_EQ(r.out, "");
+    return scrub(r.err, dir.path());
+  };
+  EXPECT_EQ(err("gguf-requant", {a, dir.file("out.gguf"), "--type", "f16"}),
+            "gguf-requant: error: unexpected argument 'DIR/out.gguf' (the output goes after -o)\n"
+            "Try 'gguf-requant --help' for more information.\n");
+  EXPECT_EQ(err("gguf-splice", {a, a, "-o", dir.file("o.gguf")}),
+            "gguf-splice: error: unexpected argument 'DIR/a.gguf' (donors go after --donor or "
+            "--take, the output after -o)\nTry 'gguf-splice --help' for more information.\n");
+  EXPECT_EQ(err("gguf-splice", {"--base", a, a, "--donor", a, "-o", dir.file("o.gguf")}),
+            "gguf-splice: error: unexpected argument 'DIR/a.gguf' (donors go after --donor or "
+            "--take, the output after -o)\nTry 'gguf-splice --help' for more information.\n");
+  EXPECT_EQ(err("gguf-inspect", {a, a}),
+            "gguf-inspect: error: unexpected argument 'DIR/a.gguf' (one model at a time; a split "
+            "set by its first shard)\nTry 'gguf-inspect --help' for more information.\n");
+  EXPECT_EQ(err("gguf-inspect", {"-t"}),
+            "gguf-inspect: error: missing FILE.gguf, the model to inspect\n"
+            "Try 'gguf-inspect --help' for more information.\n");
+  EXPECT_EQ(err("gguf-requant", {"--type", "f16", "-o", "x.gguf"}),
+            "gguf-requant: error: missing IN.gguf (or IN.safetensors), the model to re-encode\n"
+            "Try 'gguf-requant --help' for more information.\n");
+  EXPECT_EQ(err("gguf-splice", {"--donor", a, "-o", "x.gguf"}),
+            "gguf-splice: error: missing BASE.gguf, the model to splice into\n"
+            "Try 'gguf-splice --help' for more information.\n");
+  // Control characters in an argument are escaped in the message.
+  EXPECT_EQ(err("gguf-inspect", {a, "b\x1b[2Jc"}),
+            "gguf-inspect: error: unexpected argument 'b\\x1b[2Jc' (one model at a time; a split "
+            "set by its first shard)\nTry 'gguf-inspect --help' for more information.\n");
+}
+
+TEST(cli_contract, help_lists_only_options_a_user_types) {
+  for (const char* tool : {"gguf-inspect", "gguf-diff", "gguf-splice", "gguf-requant"}) {
+    const CliResult r = run_cli(tool, {"--help"});
+    EXPECT_EQ(r.code, 0) << tool;
+    for (const char* internal : {"--file ", "--input ", "--args "})
+      EXPECT_EQ(r.out.find(internal), std::string::npos) << tool << " lists " << internal;
+    if (std::string(tool) != "gguf-splice") {  // splice decodes nothing; it has no threads
+      EXPECT_NE(r.out.find("-j [ --threads ] N"), std::string::npos) << tool;
+    }
+  }
+}
+
+TEST(cli_contract, threads_zero_means_all_cores_in_every_tool) {
+  TempDir dir;
+  const std::string a = Fixture().write(dir, "a.gguf");
+  EXPECT_EQ(run_cli("gguf-inspect", {"--hashes", "-j", "0", a}).code, 0);
+  EXPECT_EQ(run_cli("gguf-inspect", {"--hashes", "--threads", "2", a}).code, 0);
+  EXPECT_EQ(run_cli("gguf-diff", {"-q", "-j", "0", a, a}).code, 0);
+  const CliResult all =
+      run_cli("gguf-requant", {a, "--type", "f16", "-j", "0", "-o", dir.file("all.gguf")});
+  EXPECT_EQ(all.code, 0) << all.err;
+  const CliResult one =
+      run_cli("gguf-requant", {a, "--type", "f16", "--threads", "1", "-o", dir.file("one.gguf")});
+  EXPECT_EQ(one.code, 0) << one.err;
+  std::ifstream fa(dir.file("all.gguf"), std::ios::binary),
+      fb(dir.file("one.gguf"), std::ios::binary);
+  const std::string ba((std::istreambuf_iterator<char>(fa)), {}),
+      bb((std::istreambuf_iterator<char>(fb)), {});
+  EXPECT_FALSE(ba.empty());
+  EXPECT_EQ(ba, bb);
+  const CliResult bad = run_cli("gguf-requant", {a, "--type", "f16", "-j", "-1", "-o", "x"});
+  EXPECT_EQ(bad.code, 2);
+}
+
+TEST(cli_contract, quiet_prints_nothing_on_success) {
+  TempDir dir;
+  const std::string a = Fixture().write(dir, "a.gguf");
+  Fixture donor;
+  donor.name = "donor";
+  const std::string d = donor.write(dir, "d.gguf");
+  CliResult r = run_cli("gguf-requant", {a, "--type", "f16", "-q", "-o", dir.file("r.gguf")});
+  EXPECT_EQ(r.code, 0);
+  EXPECT_EQ(r.out + r.err, "");
+  EXPECT_TRUE(std::filesystem::exists(dir.file("r.gguf")));
+  r = run_cli("gguf-splice", {a, "--donor", d, "--layers", "1", "-q", "-o", dir.file("s.gguf")});
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.out + r.err, "");
+  EXPECT_TRUE(std::filesystem::exists(dir.file("s.gguf")));
+  // Quiet does not hide failures.
+  r = run_cli("gguf-requant", {a, "--type", "f16", "-q", "-o", dir.file("r.gguf")});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("exists"), std::string::npos) << r.err;
+  r = run_cli("gguf-splice", {a, "--donor", d, "-q", "--json", "-o", dir.file("t.gguf")});
+  EXPECT_EQ(r.code, 2);
+}
+
+}  // namespace
