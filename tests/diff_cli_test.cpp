@@ -157,7 +157,8 @@ TEST(diff_cli, golden_json) {
     "files": [
       "DIR/a.gguf"
     ],
-    "manifest": null
+    "manifest": null,
+    "selection": null
   },
   "b": {
     "files": [
@@ -336,6 +337,47 @@ TEST(diff_cli, manifest_written_by_gguf_inspect) {
   EXPECT_EQ(doc["summary"]["bytes"], 1);
   EXPECT_EQ(doc["summary"]["type"], 1);
   EXPECT_EQ(doc["metadata"][0]["key"], "general.name");
+}
+
+// A manifest written with selectors records them; the diff then compares only what the
+// manifest covers instead of reporting every other tensor of B as only in B.
+TEST(diff_cli, manifest_with_a_selection_covers_only_it) {
+  const Pair p;
+  const CliResult m =
+      run_cli("gguf-inspect", {"--hashes", "--json", "--layers", "1", "--role", "routed", p.a});
+  ASSERT_EQ(m.code, 0) << m.err;
+  const auto written = nlohmann::json::parse(m.out);
+  EXPECT_EQ(written["selection"]["layers"], nlohmann::json::parse("[[1, 1]]"));
+  EXPECT_EQ(written["selection"]["roles"],
+            nlohmann::json::parse(R"(["routed-gate", "routed-up", "routed-down"])"));
+  EXPECT_EQ(written["tensors"].size(), 1u);
+  const std::string manifest = p.dir.file("a.json");
+  std::ofstream(manifest) << m.out;
+  CliResult r = run_cli("gguf-diff", {"--manifest", manifest, "--no-metadata", p.a});
+  EXPECT_EQ(r.code, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("; covers layer 1, role routed-gate|routed-up|routed-down)"),
+            std::string::npos)
+      << r.out;
+  r = run_cli("gguf-diff", {"--manifest", manifest, "--json", "--no-metadata", p.a});
+  EXPECT_EQ(r.code, 0) << r.err;
+  const auto doc = nlohmann::json::parse(r.out);
+  EXPECT_EQ(doc["a"]["selection"]["layers"], nlohmann::json::parse("[[1, 1]]"));
+  // A user selector still narrows further, within what the manifest covers.
+  r = run_cli("gguf-diff", {"--manifest", manifest, "-q", "--match", "blk\\..*", p.a});
+  EXPECT_EQ(r.code, 0) << r.err;
+  // A manifest whose selection is malformed is refused, naming it.
+  auto bad = written;
+  bad["selection"]["layers"] = nlohmann::json::parse("[[3]]");
+  std::ofstream(manifest, std::ios::trunc) << bad.dump();
+  r = run_cli("gguf-diff", {"--manifest", manifest, p.a});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(scrub(r.err, p.dir.path()),
+            "gguf-diff: error: DIR/a.json: selection: layer range [3] is not [first, last]\n");
+  bad["selection"] = {{"roles", {"nonsense"}}};
+  std::ofstream(manifest, std::ios::trunc) << bad.dump();
+  r = run_cli("gguf-diff", {"--manifest", manifest, p.a});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(scrub(r.err, p.dir.path()).find("DIR/a.json: selection: "), std::string::npos) << r.err;
 }
 
 // A legacy llama.cpp imatrix (.dat), written here from the format: i32 entry count, then per

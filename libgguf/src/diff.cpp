@@ -356,7 +356,10 @@ void summarise(DiffReport& r) {
   if (layers.contains(-1)) r.by_layer.push_back(std::move(layers[-1]));
 }
 
-DiffReport diff_sides(const Side& a, const Side& b, bool json_forms, const DiffOptions& o) {
+// covered: what side A covers when it is a manifest written with a selection; B's tensors
+// outside it were never recorded and are left out rather than reported as only in B.
+DiffReport diff_sides(const Side& a, const Side& b, bool json_forms, const DiffOptions& o,
+                      const Selector* covered = nullptr) {
   DiffReport r;
   r.files_a = a.files;
   r.files_b = b.files;
@@ -378,8 +381,14 @@ DiffReport diff_sides(const Side& a, const Side& b, bool json_forms, const DiffO
     const auto it = b.index.find(t.key);
     rows.emplace_back(&t, it == b.index.end() ? nullptr : &b.tensors[it->second]);
   }
+  const std::string arch = a.arch.empty() ? b.arch : a.arch;
+  const auto recorded = [&](const SideTensor& t) {
+    return !covered || covered->empty() ||
+           covered->matches(*t.name,
+                            classify_tensor(*t.name, arch, static_cast<int>(t.shape->size())));
+  };
   for (const SideTensor& t : b.tensors)
-    if (!a.index.contains(t.key)) rows.emplace_back(nullptr, &t);
+    if (!a.index.contains(t.key) && recorded(t)) rows.emplace_back(nullptr, &t);
   std::vector<std::string> names;
   std::vector<int> dims;
   for (const auto& [ta, tb] : rows) {
@@ -387,7 +396,6 @@ DiffReport diff_sides(const Side& a, const Side& b, bool json_forms, const DiffO
     names.push_back(tb && tb->ref ? *tb->name : *t.name);
     dims.push_back(static_cast<int>(t.shape->size()));
   }
-  const std::string arch = a.arch.empty() ? b.arch : a.arch;
   std::vector<size_t> chosen;
   if (o.selector.empty()) {
     for (size_t i = 0; i < rows.size(); ++i) chosen.push_back(i);
@@ -468,8 +476,9 @@ DiffReport diff_manifest(const Manifest& a, const Model& b, const DiffOptions& o
     usage_error(
         "--values and --reference need the tensor data of both sides; a manifest holds "
         "only hashes");
-  DiffReport r = diff_sides(manifest_side(a), model_side(b, true), true, options);
+  DiffReport r = diff_sides(manifest_side(a), model_side(b, true), true, options, &a.selection);
   r.manifest = a.path;
+  r.manifest_selection = a.selection;
   return r;
 }
 

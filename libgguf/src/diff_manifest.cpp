@@ -12,6 +12,7 @@
 #include "gguf/diff.h"
 #include "gguf/error.h"
 #include "gguf/file.h"
+#include "gguf/json.h"
 #include "gguf/types.h"
 
 namespace gguf {
@@ -227,6 +228,8 @@ Manifest parse_manifest(std::string_view json_text, const std::string& path) {
         throw Error(path, key_object(key), std::nullopt, "duplicate metadata key");
     }
   }
+  if (doc.contains("selection") && !doc["selection"].is_null())
+    m.selection = selection_from_json(doc["selection"], path);
   const json& tensors = doc["tensors"];
   std::unordered_set<std::string> seen;
   for (size_t i = 0; i < tensors.size(); ++i) {

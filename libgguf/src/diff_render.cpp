@@ -285,11 +285,15 @@ json files_json(const std::vector<std::string>& files) {
 
 std::string render_diff_text(const DiffReport& r, const DiffRenderOptions& o) {
   std::string out =
-      r.manifest ? fmt::format("A: {} (manifest of {})\nB: {}\n", escape_for_terminal(*r.manifest),
-                               escape_for_terminal(r.files_a.front()),
-                               escape_for_terminal(r.files_b.front()))
-                 : fmt::format("A: {}\nB: {}\n", escape_for_terminal(r.files_a.front()),
-                               escape_for_terminal(r.files_b.front()));
+      r.manifest
+          ? fmt::format("A: {} (manifest of {}{})\nB: {}\n", escape_for_terminal(*r.manifest),
+                        escape_for_terminal(r.files_a.front()),
+                        r.manifest_selection.empty()
+                            ? ""
+                            : "; covers " + escape_for_terminal(r.manifest_selection.describe()),
+                        escape_for_terminal(r.files_b.front()))
+          : fmt::format("A: {}\nB: {}\n", escape_for_terminal(r.files_a.front()),
+                        escape_for_terminal(r.files_b.front()));
   if (r.reference) out += fmt::format("reference: {}\n", escape_for_terminal(r.files_ref.front()));
   out += metadata_section(r);
   if (r.stopped_early) return out + "different (stopped at the first difference)\n";
@@ -312,7 +316,9 @@ std::string render_diff_json(const DiffReport& r, const DiffRenderOptions& o) {
   doc["identical"] = r.identical;
   doc["stopped_early"] = r.stopped_early;
   doc["a"] = {{"files", files_json(r.files_a)},
-              {"manifest", r.manifest ? json(utf8_or_escaped(*r.manifest)) : json(nullptr)}};
+              {"manifest", r.manifest ? json(utf8_or_escaped(*r.manifest)) : json(nullptr)},
+              {"selection", r.manifest_selection.empty() ? json(nullptr)
+                                                         : selection_json(r.manifest_selection)}};
   doc["b"] = {{"files", files_json(r.files_b)}};
   doc["reference"] = r.reference ? json({{"files", files_json(r.files_ref)}}) : json(nullptr);
   doc["metadata_compared"] = r.metadata_compared;

@@ -87,6 +87,7 @@ InspectReport inspect(const Model& model, const InspectOptions& options) {
     r.file_bytes += s->file_size();
   }
   const std::vector<size_t> indices = select_in(model, options.selector);
+  r.selection = options.selector;
   for (size_t i : indices) {
     const TensorRef& t = model.tensors()[i];
     r.tensors.push_back(row(*t.file, t.shard, *t.info, r.architecture));

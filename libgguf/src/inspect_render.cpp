@@ -163,6 +163,7 @@ std::string render_json(const InspectReport& r) {
     doc["problems"] = std::move(p);
   }
   if (r.damage) doc["error"] = utf8_or_escaped(r.damage->what());
+  if (!r.selection.empty()) doc["selection"] = selection_json(r.selection);
   return doc.dump(2) + "\n";
 }
 

@@ -1,9 +1,12 @@
 // JSON forms of metadata values.
 #include "gguf/json.h"
 
+#include <fmt/format.h>
+
 #include <bit>
 #include <cmath>
 
+#include "gguf/error.h"
 #include "gguf/escape.h"
 
 namespace gguf {
@@ -46,6 +49,46 @@ nlohmann::json metadata_json(const KeyValue& kv) {
                       {"value", value_json(kv.value)}};
   if (kv.value.is_array()) j["element_type"] = std::string(value_type_name(kv.value.array_type()));
   return j;
+}
+
+nlohmann::json selection_json(const Selector& s) {
+  nlohmann::json layers = nlohmann::json::array(), roles = nlohmann::json::array(),
+                 match = nlohmann::json::array();
+  for (const auto& [lo, hi] : s.layers) layers.push_back({lo, hi});
+  for (Role r : s.roles) roles.push_back(std::string(role_name(r)));
+  // Patterns as typed (a manifest reads them back); one that is not UTF-8 escaped.
+  for (const auto& p : s.patterns) match.push_back(is_valid_utf8(p) ? p : utf8_or_escaped(p));
+  return {{"layers", layers}, {"roles", roles}, {"match", match}, {"text", s.describe()}};
+}
+
+Selector selection_from_json(const nlohmann::json& j, const std::string& path) {
+  const auto fail = [&](const std::string& msg) { return Error(path, "selection", {}, msg); };
+  if (!j.is_object()) throw fail("not a JSON object");
+  const auto strings = [&](const char* key) {
+    std::vector<std::string> out;
+    if (!j.contains(key)) return out;
+    if (!j[key].is_array()) throw fail(fmt::format("\"{}\" is not an array", key));
+    for (const auto& v : j[key]) {
+      if (!v.is_string()) throw fail(fmt::format("\"{}\" holds {}, not a string", key, v.dump()));
+      out.push_back(v.get<std::string>());
+    }
+    return out;
+  };
+  std::vector<std::string> layers;
+  if (j.contains("layers")) {
+    if (!j["layers"].is_array()) throw fail("\"layers\" is not an array");
+    for (const auto& r : j["layers"]) {
+      if (!r.is_array() || r.size() != 2 || !r[0].is_number_unsigned() ||
+          !r[1].is_number_unsigned())
+        throw fail(fmt::format("layer range {} is not [first, last]", r.dump()));
+      layers.push_back(fmt::format("{}-{}", r[0].get<uint64_t>(), r[1].get<uint64_t>()));
+    }
+  }
+  try {
+    return parse_selector(layers, strings("roles"), strings("match"));
+  } catch (const Error& e) {
+    throw fail(e.message());
+  }
 }
 
 }  // namespace gguf

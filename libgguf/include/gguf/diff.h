@@ -35,6 +35,9 @@ struct Manifest {
   // and NaN/Inf as null, so a diff against a manifest compares JSON forms, not bits.
   Metadata metadata;
   std::vector<ManifestTensor> tensors;  // names as the manifest spells them (escaped)
+  // The selection the manifest was written with (gguf-inspect --hashes --json --layers ...);
+  // empty when it covers every tensor. B's tensors outside it are not compared.
+  Selector selection;
 };
 
 // Parses a manifest; throws gguf::Error naming the path and what is missing or malformed.
@@ -135,6 +138,7 @@ struct DiffCounts {
 struct DiffReport {
   std::vector<std::string> files_a, files_b, files_ref;  // files_a: as a manifest records them
   std::optional<std::string> manifest;                   // the path of A when A is a manifest
+  Selector manifest_selection;  // what the manifest covers (empty: every tensor)
   bool metadata_compared = true;
   bool identical = true;
   bool stopped_early = false;  // stop_early found a difference and skipped the rest

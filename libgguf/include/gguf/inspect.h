@@ -56,6 +56,9 @@ struct InspectReport {
   std::vector<InspectGroup> by_type, by_role, by_layer;
   std::vector<Problem> problems;  // with InspectOptions::check
   std::optional<Error> damage;    // set when the file could only be read in part
+  // The selection the tensor list was made with; recorded in the JSON (a manifest written
+  // with selectors says what it covers, so gguf-diff --manifest compares only that).
+  Selector selection;
 };
 
 // The report of a model (throws on usage problems such as an empty selection).

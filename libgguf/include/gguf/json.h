@@ -3,8 +3,10 @@
 #pragma once
 
 #include <nlohmann/json.hpp>
+#include <string>
 
 #include "gguf/metadata.h"
+#include "gguf/select.h"
 
 namespace gguf {
 
@@ -12,5 +14,11 @@ namespace gguf {
 nlohmann::json value_json(const Value& v);
 // {"key", "type", "value"} (+ "element_type" for arrays).
 nlohmann::json metadata_json(const KeyValue& kv);
+
+// A selection as JSON: {"layers": [[lo, hi], ...], "roles": [...], "match": [...], "text"}.
+nlohmann::json selection_json(const Selector& s);
+// The selection back from that form; an input Error naming path and "selection" when it is
+// malformed (text is not read: it only describes).
+Selector selection_from_json(const nlohmann::json& j, const std::string& path);
 
 }  // namespace gguf
