@@ -5,6 +5,8 @@
 
 #include <string>
 
+#include "gguf/file.h"
+
 namespace gguf {
 namespace {
 
@@ -151,6 +153,17 @@ TEST(escape, is_valid_utf8) {
   EXPECT_FALSE(is_valid_utf8("\xf0\x90\x80"));
   EXPECT_FALSE(is_valid_utf8("\xe2\x28\xa1"));  // bad continuation
   EXPECT_FALSE(is_valid_utf8("ok\xfe"));
+}
+
+// Names in messages are quoted; a quote or backslash inside cannot end the quotes early or
+// make two names look alike.
+TEST(escape, names_in_messages_escape_quotes) {
+  EXPECT_EQ(tensor_object("blk.0.attn_q.weight"), "tensor 'blk.0.attn_q.weight'");
+  EXPECT_EQ(tensor_object("it's"), "tensor 'it\\'s'");
+  EXPECT_EQ(key_object("a\\'b"), "key 'a\\\\\\'b'");
+  EXPECT_EQ(key_object("x\x1b[31m'"), "key 'x\\x1b[31m\\''");
+  EXPECT_EQ(tensor_object(std::string(150, '\'')).substr(0, 12), "tensor '\\'\\'");
+  EXPECT_NE(tensor_object(std::string(150, 'a')).find("...' (150 bytes)"), std::string::npos);
 }
 
 }  // namespace

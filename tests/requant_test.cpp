@@ -462,6 +462,20 @@ TEST(requant, legacy_imatrix_with_a_negative_or_nan_value_is_refused) {
                     text + "; importance values must be finite and not negative");
     }
   }
+  // With several calls the stored value is a sum (the helper stores mean x ncall: -18); the
+  // message shows the value as stored and says so.
+  auto values = ramp(256, 1.0f);
+  values[7] = -6.0f;
+  write_legacy_imatrix(dir.file("im.dat"), {{name, values}}, 3);
+  try {
+    Imatrix::load(dir.file("im.dat"));
+    ADD_FAILURE() << "a negative sum was accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()),
+              dir.file("im.dat") +
+                  ": tensor 'blk.0.attn_q.weight': at byte 63: value [7] (a sum over 3 calls) is "
+                  "-18; importance values must be finite and not negative");
+  }
 }
 
 TEST(requant, cli_reports_json_and_usage_errors) {

@@ -17,11 +17,20 @@ namespace {
 
 // A name in a message: whole up to 100 bytes; longer ones (a corrupted length can make a name
 // swallow the rest of the file) cut, with their length.
+// Escaped for the terminal, and a quote inside the name as \' (the backslash itself is
+// already doubled), so the quotes around it always delimit the whole name.
 std::string quoted_name(std::string_view name) {
   constexpr size_t kShown = 100;
-  if (name.size() <= kShown) return fmt::format("'{}'", escape_for_terminal(name));
-  return fmt::format("'{}...' ({} bytes)", escape_for_terminal(name.substr(0, kShown)),
-                     name.size());
+  const auto inner = [](std::string_view s) {
+    std::string out;
+    for (char c : escape_for_terminal(s)) {
+      if (c == '\'') out += '\\';
+      out += c;
+    }
+    return out;
+  };
+  if (name.size() <= kShown) return fmt::format("'{}'", inner(name));
+  return fmt::format("'{}...' ({} bytes)", inner(name.substr(0, kShown)), name.size());
 }
 
 }  // namespace

@@ -73,12 +73,12 @@ class Reader {
 // Importance values are means (or sums) of squared activations: a negative or non-finite one
 // would turn into a negative or NaN weight inside the quantizers' searches.
 void check_values(const std::string& path, const std::string& name, const float* v, size_t n,
-                  uint64_t at, std::string_view what) {
+                  uint64_t at, std::string_view what, std::string_view detail = {}) {
   for (size_t i = 0; i < n; ++i)
     if (!(v[i] >= 0.0f) || std::isinf(v[i]))
       throw Error(path, tensor_object(name), at + 4 * i,
-                  fmt::format("{} [{}] is {}; importance values must be finite and not negative",
-                              what, i, v[i]));
+                  fmt::format("{} [{}]{} is {}; importance values must be finite and not negative",
+                              what, i, detail, v[i]));
 }
 
 }  // namespace
@@ -114,7 +114,9 @@ Imatrix Imatrix::load_legacy(const std::string& path) {
     ImatrixEntry e;
     e.values.resize(static_cast<size_t>(nval));
     std::memcpy(e.values.data(), vb.data(), vb.size());
-    check_values(path, name, e.values.data(), e.values.size(), values_at, "value");
+    // The value as stored: a sum over ncall calls (dividing keeps its sign and finiteness).
+    check_values(path, name, e.values.data(), e.values.size(), values_at, "value",
+                 ncall > 1 ? fmt::format(" (a sum over {} calls)", ncall) : std::string());
     // Legacy files store sums over calls: the mean is what the quantizers weight by.
     if (ncall > 0)
       for (auto& v : e.values) v /= static_cast<float>(ncall);
