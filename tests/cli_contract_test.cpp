@@ -152,6 +152,27 @@ TEST(cli_contract, threads_zero_means_all_cores_in_every_tool) {
   EXPECT_EQ(bad.code, 2);
 }
 
+// gguf-requant --dry-run of a split output predicts the size of every shard, headers included.
+TEST(cli_contract, requant_dry_run_of_a_split_set_predicts_its_size) {
+  TempDir dir;
+  const std::string a = Fixture().write(dir, "a.gguf");
+  std::vector<std::string> args = {a,   "--type", "f16", "--split-max-tensors",
+                                   "1", "--json", "-o",  dir.file("s.gguf")};
+  auto dry = args;
+  dry.push_back("--dry-run");
+  CliResult r = run_cli("gguf-requant", dry);
+  ASSERT_EQ(r.code, 0) << r.err;
+  const auto planned = nlohmann::json::parse(r.out)["bytes_after"].get<uint64_t>();
+  r = run_cli("gguf-requant", args);
+  ASSERT_EQ(r.code, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  uint64_t total = 0;
+  for (const auto& p : j["outputs"]) total += std::filesystem::file_size(p.get<std::string>());
+  EXPECT_EQ(j["outputs"].size(), 4u);
+  EXPECT_EQ(j["bytes_after"], total);
+  EXPECT_EQ(planned, total);
+}
+
 TEST(cli_contract, quiet_prints_nothing_on_success) {
   TempDir dir;
   const std::string a = Fixture().write(dir, "a.gguf");

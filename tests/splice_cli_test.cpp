@@ -148,6 +148,29 @@ TEST(splice_cli, json_dry_run_and_write) {
   EXPECT_EQ(dir.entries(), std::vector<std::string>{"out.gguf"});
 }
 
+// A dry run of a split output predicts the size of every shard, headers included.
+TEST(splice_cli, dry_run_of_a_split_set_predicts_its_size) {
+  REQUIRE_TOOL();
+  Scratch dir;
+  const std::string out = dir.file("out.gguf");
+  const std::vector<std::string> args = {
+      fx().base, "--donor", fx().donor, "--layers", "3", "-o", out, "--json", "--split-max-tensors",
+      "7"};
+  auto dry = args;
+  dry.push_back("--dry-run");
+  auto r = splice_cli(dry);
+  ASSERT_EQ(r.code, 0) << r.err;
+  const auto planned = nlohmann::json::parse(r.out)["bytes_after"].get<uint64_t>();
+  r = splice_cli(args);
+  ASSERT_EQ(r.code, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  uint64_t total = 0;
+  for (const auto& p : j["outputs"]) total += fs::file_size(p.get<std::string>());
+  EXPECT_GT(j["outputs"].size(), 1u);
+  EXPECT_EQ(j["bytes_after"], total);
+  EXPECT_EQ(planned, total);
+}
+
 TEST(splice_cli, refusals_and_their_exit_codes) {
   REQUIRE_TOOL();
   Scratch dir;

@@ -82,15 +82,15 @@ int main(int argc, char** argv) {
     // prove(written model, output paths) runs on the written files before they reach their
     // paths, so a difference leaves nothing behind.
     const auto write =
-        [&](const gguf::Plan& plan, const char* label, bool proving,
+        [&](const gguf::Plan& plan, uint64_t& bytes_after, const char* label, bool proving,
             const std::function<void(const gguf::Model&, std::span<const std::string>)>& prove) {
           std::optional<gguf::WriteResult> written;
           if (dry_run) {
-            gguf::check_plan(plan, out, wo);
+            bytes_after = gguf::check_plan(plan, out, wo).bytes;
             return written;
           }
           if (proving)
-            wo.before_commit = [&prove, names = gguf::check_plan(plan, out, wo)](
+            wo.before_commit = [&prove, names = gguf::check_plan(plan, out, wo).paths](
                                    const gguf::Model& m) { prove(m, names); };
           gguf::cli::Progress progress(quiet ? "" : label);
           if (!quiet) wo.progress = progress.callback();
@@ -107,15 +107,16 @@ int main(int argc, char** argv) {
       const gguf::SafetensorsFile file = gguf::SafetensorsFile::parse(source);
       std::optional<gguf::Model> base;
       if (!base_path.empty()) base = gguf::Model::open(base_path);
-      const gguf::ImportResult result =
+      gguf::ImportResult result =
           gguf::import_safetensors(file, {t, base ? &*base : nullptr, threads});
       if (!quiet)
         for (const auto& note : result.notes) fmt::print(stderr, "gguf-requant: note: {}\n", note);
       wo.inputs = result.inputs;
       std::optional<gguf::ImportProof> proof;
-      const auto written = write(result.plan, "import", !no_verify, [&](const auto& m, auto names) {
-        proof = gguf::prove_import(file, result, m, threads, names);
-      });
+      const auto written = write(result.plan, result.bytes_after, "import", !no_verify,
+                                 [&](const auto& m, auto names) {
+                                   proof = gguf::prove_import(file, result, m, threads, names);
+                                 });
       const gguf::WriteResult* w = written ? &*written : nullptr;
       const gguf::ImportProof* p = proof ? &*proof : nullptr;
       if (!quiet)
@@ -131,16 +132,16 @@ int main(int argc, char** argv) {
     std::optional<gguf::Imatrix> imatrix;
     if (!imatrix_path.empty()) imatrix = gguf::Imatrix::load(imatrix_path);
     gguf::RequantOptions opt{*t, sel.parse(), imatrix ? &*imatrix : nullptr, threads, exact};
-    const gguf::RequantResult result = gguf::requant(model, opt);
+    gguf::RequantResult result = gguf::requant(model, opt);
     if (!quiet)
       for (const auto& note : result.notes) fmt::print(stderr, "gguf-requant: note: {}\n", note);
     wo.inputs = result.inputs;
     if (imatrix) wo.inputs.push_back(imatrix_path);
     std::optional<gguf::ExactProof> proof;
-    const auto written =
-        write(result.plan, "requant", exact && !no_verify, [&](const auto& m, auto names) {
-          proof = gguf::prove_exact(model, result, m, threads, names);
-        });
+    const auto written = write(result.plan, result.bytes_after, "requant", exact && !no_verify,
+                               [&](const auto& m, auto names) {
+                                 proof = gguf::prove_exact(model, result, m, threads, names);
+                               });
     const gguf::WriteResult* w = written ? &*written : nullptr;
     const gguf::ExactProof* p = proof ? &*proof : nullptr;
     if (!quiet)

@@ -95,13 +95,15 @@ int run(int argc, char** argv) {
   SpliceOptions so;
   so.allow_mixed_gate_up = vm.count("allow-mixed-gate-up") > 0;
   so.force_arch = vm.count("force-arch") > 0;
-  const SpliceResult r = splice(base, donors, so);
+  SpliceResult r = splice(base, donors, so);
   for (const auto& w : r.warnings) fmt::print(stderr, "{}: warning: {}\n", kTool, w);
 
   std::optional<WriteResult> written;
   wo.inputs = r.inputs;
   if (dry_run) {
-    check_plan(r.plan, out, wo);  // what the write would refuse, refused now
+    // What the write would refuse, refused now; and the size of what it would write (a split
+    // set's shards each have a header).
+    r.bytes_after = check_plan(r.plan, out, wo).bytes;
   } else {
     cli::Progress progress(quiet ? "" : "splicing");
     if (!quiet) wo.progress = progress.callback();

@@ -538,18 +538,19 @@ WriteResult write_impl(const Plan& plan, const std::string& path, const WriteOpt
 
 }  // namespace
 
-std::vector<std::string> check_plan(const Plan& plan, const std::string& path,
-                                    const WriteOptions& options) {
+PlannedWrite check_plan(const Plan& plan, const std::string& path, const WriteOptions& options) {
   const std::string where = path.empty() ? "out.gguf" : path;
-  std::vector<std::string> paths;
+  PlannedWrite planned;
   try {
-    for (const auto& sh : prepare(plan, where, options, !path.empty()).first)
-      paths.push_back(sh.path);
+    for (const auto& sh : prepare(plan, where, options, !path.empty()).first) {
+      planned.paths.push_back(sh.path);
+      planned.bytes += sh.layout.file_size;
+    }
   } catch (const Error& e) {
     if (e.path().empty()) throw e.with_context(where);
     throw;
   }
-  return paths;
+  return planned;
 }
 
 WriteResult write_plan(const Plan& plan, const std::string& path, const WriteOptions& options) {

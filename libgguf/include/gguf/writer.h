@@ -51,9 +51,13 @@ std::vector<uint8_t> serialize_header(const Metadata& metadata, uint32_t version
 // What write_plan checks before it writes anything, for --dry-run: the plan is valid, a split
 // set fits split.count (at most 65535 shards), and, when path is not empty, no output path is
 // an input or exists without force (nor is a directory, device or FIFO). Returns the paths
-// that would be written (shard names made from "out.gguf" when path is empty).
-std::vector<std::string> check_plan(const Plan& plan, const std::string& path,
-                                    const WriteOptions& options);
+// that would be written (shard names made from "out.gguf" when path is empty) and their total
+// size, every shard's header and padding included.
+struct PlannedWrite {
+  std::vector<std::string> paths;
+  uint64_t bytes = 0;
+};
+PlannedWrite check_plan(const Plan& plan, const std::string& path, const WriteOptions& options);
 
 // Writes plan to path. Layout is canonical: each tensor's offset is the running sum of the
 // previous payload sizes padded to the alignment, in plan order.
