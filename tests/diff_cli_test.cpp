@@ -2,7 +2,9 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <fstream>
+#include <limits>
 #include <nlohmann/json.hpp>
 
 #include "diff_fixture.h"
@@ -337,6 +339,63 @@ TEST(diff_cli, manifest_written_by_gguf_inspect) {
   EXPECT_EQ(doc["summary"]["bytes"], 1);
   EXPECT_EQ(doc["summary"]["type"], 1);
   EXPECT_EQ(doc["metadata"][0]["key"], "general.name");
+}
+
+// A model compared with its own manifest is identical whatever its metadata holds: strings
+// with backslashes and invalid UTF-8 (real vocabularies and chat templates), keys with them,
+// NaN, infinities and -0.0. And a change the JSON form cannot show (inf -> -inf, 0.0 -> -0.0,
+// a NaN payload) is still found, through the values' recorded hashes.
+TEST(diff_cli, manifest_metadata_round_trips_exactly) {
+  TempDir dir;
+  const float inf = std::numeric_limits<float>::infinity();
+  const auto build = [&](float x, double z, uint32_t nan_bits, const std::string& file) {
+    float nan;
+    std::memcpy(&nan, &nan_bits, 4);
+    Fixture f;
+    auto b = f.builder();
+    b.string("tokenizer.chat_template", "{{ message['content'] + '\\n' }}")
+        .string_array("weird.tokens", {"a", "\\", "\\n", "\\x41", "b\xff"})
+        .string("k\\ey\xfe", "v\xff\\")
+        .f32("x", x)
+        .f64("z", z)
+        .f32("n", nan)
+        .array("fs", gguf::testing::Tag::kF32, std::vector<float>{1.0f, -0.0f, nan});
+    b.write_file(dir.file(file));
+    return dir.file(file);
+  };
+  const std::string a = build(inf, 0.0, 0x7fc00001u, "a.gguf");
+  const CliResult m = run_cli("gguf-inspect", {"--hashes", "--json", a});
+  ASSERT_EQ(m.code, 0) << m.err;
+  const std::string manifest = dir.file("a.json");
+  std::ofstream(manifest) << m.out;
+  CliResult r = run_cli("gguf-diff", {"--manifest", manifest, a});
+  EXPECT_EQ(r.code, 0) << r.out << r.err;
+
+  // An older manifest without the values' hashes still round-trips the strings.
+  auto doc = nlohmann::json::parse(m.out);
+  for (auto& e : doc["metadata"]) e.erase("xxh3");
+  std::ofstream(dir.file("old.json")) << doc.dump();
+  r = run_cli("gguf-diff", {"--manifest", dir.file("old.json"), "--json", a});
+  const auto old = nlohmann::json::parse(r.out);
+  std::vector<std::string> changed;
+  for (const auto& e : old["metadata"]) changed.push_back(e["key"]);
+  // Without hashes only NaN vs NaN can't be told apart; both read back as null, so equal.
+  EXPECT_EQ(changed, std::vector<std::string>{}) << r.out;
+
+  const std::string b = build(-inf, -0.0, 0x7fc00002u, "b.gguf");
+  r = run_cli("gguf-diff", {"--manifest", manifest, "--json", b});
+  EXPECT_EQ(r.code, 1) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  changed.clear();
+  for (const auto& e : j["metadata"]) changed.push_back(e["key"]);
+  EXPECT_EQ(changed, (std::vector<std::string>{"x", "z", "n", "fs"}));
+  // The direct diff agrees.
+  r = run_cli("gguf-diff", {"--json", a, b});
+  EXPECT_EQ(r.code, 1) << r.out << r.err;
+  changed.clear();
+  const auto direct = nlohmann::json::parse(r.out);
+  for (const auto& e : direct["metadata"]) changed.push_back(e["key"]);
+  EXPECT_EQ(changed, (std::vector<std::string>{"x", "z", "n", "fs"}));
 }
 
 // A manifest written with selectors records them; the diff then compares only what the

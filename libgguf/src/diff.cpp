@@ -17,6 +17,7 @@
 #include "gguf/codecs.h"
 #include "gguf/error.h"
 #include "gguf/escape.h"
+#include "gguf/hash.h"
 #include "gguf/json.h"
 
 namespace gguf {
@@ -61,6 +62,7 @@ struct Side {
   std::vector<std::string> files;
   std::string arch;
   const Metadata* metadata = nullptr;
+  const std::unordered_map<std::string, uint64_t>* metadata_xxh3 = nullptr;  // a manifest's
   std::vector<SideTensor> tensors;
   std::unordered_map<std::string, size_t> index;  // by key
 };
@@ -85,6 +87,7 @@ Side manifest_side(const Manifest& m) {
   s.files = m.files;
   s.arch = m.architecture;
   s.metadata = &m.metadata;
+  s.metadata_xxh3 = &m.metadata_xxh3;
   for (const ManifestTensor& t : m.tensors) {
     s.index.emplace(t.name, s.tensors.size());
     s.tensors.push_back({t.name, &t.name, t.type_id, &t.shape, t.bytes, nullptr, t.xxh3});
@@ -122,6 +125,15 @@ std::optional<uint64_t> first_difference(const Value& a, const Value& b, bool js
   return n;
 }
 
+// A's value (kv) against B's: by the hash a manifest recorded for it when there is one.
+bool same_value(const Side& a, const KeyValue& kv, const Value& b, bool json_forms) {
+  if (a.metadata_xxh3) {
+    const auto h = a.metadata_xxh3->find(kv.key);
+    if (h != a.metadata_xxh3->end()) return value_xxh3(b) == h->second;
+  }
+  return values_equal(kv.value, b, json_forms);
+}
+
 std::vector<MetadataDiff> diff_metadata(const Side& a, const Side& b, bool json_forms) {
   const auto key_of = [&](const std::string& k) { return json_forms ? utf8_or_escaped(k) : k; };
   std::unordered_map<std::string, const KeyValue*> in_b, in_a;
@@ -134,9 +146,15 @@ std::vector<MetadataDiff> diff_metadata(const Side& a, const Side& b, bool json_
     const auto it = in_b.find(key);
     if (it == in_b.end()) {
       out.push_back({kv.key, MetadataChange::kRemoved, kv.value, std::nullopt, std::nullopt});
-    } else if (!values_equal(kv.value, it->second->value, json_forms)) {
-      out.push_back({kv.key, MetadataChange::kChanged, kv.value, it->second->value,
-                     first_difference(kv.value, it->second->value, json_forms)});
+    } else if (!same_value(a, kv, it->second->value, json_forms)) {
+      auto first = first_difference(kv.value, it->second->value, json_forms);
+      // A difference only the recorded hash sees (NaN payloads, -0.0 in an array) has no
+      // index to show.
+      if (first && *first == kv.value.array_size() &&
+          kv.value.array_size() == it->second->value.array_size() &&
+          kv.value.array_type() == it->second->value.array_type())
+        first.reset();
+      out.push_back({kv.key, MetadataChange::kChanged, kv.value, it->second->value, first});
     }
   }
   for (const auto& kv : b.metadata->entries())

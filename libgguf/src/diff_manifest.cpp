@@ -11,6 +11,7 @@
 
 #include "gguf/diff.h"
 #include "gguf/error.h"
+#include "gguf/escape.h"
 #include "gguf/file.h"
 #include "gguf/json.h"
 #include "gguf/types.h"
@@ -98,7 +99,7 @@ Value metadata_value(const json& e, const std::string& path, const std::string& 
   const json& v = e["value"];
   if (*type == ValueType::kString) {
     if (!v.is_string()) throw fail("value of type string is not a JSON string");
-    return Value::string(v.get<std::string>());
+    return Value::string(from_utf8_or_escaped(v.get<std::string>()));
   }
   if (*type != ValueType::kArray) {
     const auto bits = scalar_bits(v, *type);
@@ -118,7 +119,7 @@ Value metadata_value(const json& e, const std::string& path, const std::string& 
     strings.reserve(v.size());
     for (const auto& s : v) {
       if (!s.is_string()) throw fail("string array holds a non-string element");
-      strings.push_back(s.get<std::string>());
+      strings.push_back(from_utf8_or_escaped(s.get<std::string>()));
     }
     return Value::string_array(std::move(strings));
   }
@@ -132,6 +133,14 @@ Value metadata_value(const json& e, const std::string& path, const std::string& 
     std::memcpy(packed.data() + i * es, &*bits, es);
   }
   return Value::scalar_array(*elem, std::move(packed));
+}
+
+// 16 hex digits as a hash; nullopt otherwise.
+std::optional<uint64_t> hex_hash(const json& h) {
+  const std::string s = h.is_string() ? h.get<std::string>() : std::string();
+  if (s.size() != 16 || s.find_first_not_of("0123456789abcdefABCDEF") != std::string::npos)
+    return std::nullopt;
+  return std::stoull(s, nullptr, 16);
 }
 
 ManifestTensor manifest_tensor(const json& t, size_t index, const std::string& path) {
@@ -187,11 +196,8 @@ ManifestTensor manifest_tensor(const json& t, size_t index, const std::string& p
                              t["shape"].dump()));
   }
   if (t.contains("xxh3")) {
-    const json& h = t["xxh3"];
-    const std::string s = h.is_string() ? h.get<std::string>() : std::string();
-    if (s.size() != 16 || s.find_first_not_of("0123456789abcdefABCDEF") != std::string::npos)
-      throw fail(fmt::format("xxh3 {} is not 16 hex digits", h.dump()));
-    m.xxh3 = std::stoull(s, nullptr, 16);
+    m.xxh3 = hex_hash(t["xxh3"]);
+    if (!m.xxh3) throw fail(fmt::format("xxh3 {} is not 16 hex digits", t["xxh3"].dump()));
   }
   return m;
 }
@@ -223,9 +229,16 @@ Manifest parse_manifest(std::string_view json_text, const std::string& path) {
     for (const auto& e : doc["metadata"]) {
       if (!e.is_object() || !e.contains("key") || !e["key"].is_string())
         throw Error(path, {}, std::nullopt, "metadata entry has no \"key\"");
-      const std::string key = e["key"].get<std::string>();
+      const std::string key = from_utf8_or_escaped(e["key"].get<std::string>());
       if (!m.metadata.append({key, metadata_value(e, path, key), 0}))
         throw Error(path, key_object(key), std::nullopt, "duplicate metadata key");
+      if (e.contains("xxh3")) {
+        const auto h = hex_hash(e["xxh3"]);
+        if (!h)
+          throw Error(path, key_object(key), std::nullopt,
+                      fmt::format("xxh3 {} is not 16 hex digits", e["xxh3"].dump()));
+        m.metadata_xxh3.emplace(key, *h);
+      }
     }
   }
   if (doc.contains("selection") && !doc["selection"].is_null())

@@ -100,4 +100,28 @@ std::string utf8_or_escaped(std::string_view s) {
   return out;
 }
 
+std::string from_utf8_or_escaped(std::string_view s) {
+  const auto hex = [](char c) -> int {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    return -1;
+  };
+  std::string out;
+  out.reserve(s.size());
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (s[i] == '\\' && i + 1 < s.size() && s[i + 1] == '\\') {
+      out += '\\';
+      ++i;
+    } else if (s[i] == '\\' && i + 3 < s.size() && s[i + 1] == 'x' && hex(s[i + 2]) >= 0 &&
+               hex(s[i + 3]) >= 0) {
+      out += static_cast<char>(hex(s[i + 2]) * 16 + hex(s[i + 3]));
+      i += 3;
+    } else {
+      out += s[i];
+    }
+  }
+  return out;
+}
+
 }  // namespace gguf

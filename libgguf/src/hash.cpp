@@ -9,9 +9,13 @@
 #include <atomic>
 #include <thread>
 
+#include "writer_internal.h"
+
 namespace gguf {
 
 uint64_t xxh3(std::span<const uint8_t> bytes) { return XXH3_64bits(bytes.data(), bytes.size()); }
+
+uint64_t value_xxh3(const Value& v) { return xxh3(detail::encode_value(v)); }
 
 std::string hex64(uint64_t h) { return fmt::format("{:016x}", h); }
 

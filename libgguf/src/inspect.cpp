@@ -88,6 +88,7 @@ InspectReport inspect(const Model& model, const InspectOptions& options) {
   }
   const std::vector<size_t> indices = select_in(model, options.selector);
   r.selection = options.selector;
+  r.hashes = options.hashes;
   for (size_t i : indices) {
     const TensorRef& t = model.tensors()[i];
     r.tensors.push_back(row(*t.file, t.shard, *t.info, r.architecture));

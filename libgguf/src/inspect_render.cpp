@@ -115,7 +115,11 @@ std::string render_json(const InspectReport& r) {
       r.architecture.empty() ? json(nullptr) : json(utf8_or_escaped(r.architecture));
   doc["metadata"] = json::array();
   if (r.metadata)
-    for (const auto& kv : r.metadata->entries()) doc["metadata"].push_back(metadata_json(kv));
+    for (const auto& kv : r.metadata->entries()) {
+      doc["metadata"].push_back(metadata_json(kv));
+      // A manifest compares values by this hash: exact where the JSON form is not.
+      if (r.hashes) doc["metadata"].back()["xxh3"] = hex64(value_xxh3(kv.value));
+    }
   doc["tensors"] = json::array();
   for (const auto& t : r.tensors) {
     json j = {{"name", utf8_or_escaped(t.name)},

@@ -144,6 +144,13 @@ class Encoder {
 
 }  // namespace
 
+std::vector<uint8_t> encode_value(const Value& v) {
+  std::vector<uint8_t> out;
+  out.reserve(4 + value_bytes(v));
+  Encoder(out).value(v);
+  return out;
+}
+
 uint64_t metadata_bytes(const Metadata& metadata) {
   uint64_t n = 0;
   for (const auto& kv : metadata.entries()) n += 8 + kv.key.size() + 4 + value_bytes(kv.value);

@@ -7,6 +7,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <vector>
 
 #include "gguf/imatrix.h"
@@ -31,9 +32,13 @@ struct Manifest {
   std::string path;
   std::vector<std::string> files;
   std::string architecture;
-  // Values rebuilt from their JSON form; a manifest holds strings with invalid UTF-8 escaped
-  // and NaN/Inf as null, so a diff against a manifest compares JSON forms, not bits.
+  // Values rebuilt from their JSON form, keys and strings unescaped back to their bytes
+  // (from_utf8_or_escaped). JSON holds NaN/Inf as null, so without a recorded hash a diff
+  // against a manifest compares JSON forms, not bits.
   Metadata metadata;
+  // Each value's xxh3 as gguf-inspect --hashes recorded it (see value_xxh3), by key; a
+  // value with a recorded hash is compared by it, exactly.
+  std::unordered_map<std::string, uint64_t> metadata_xxh3;
   std::vector<ManifestTensor> tensors;  // names as the manifest spells them (escaped)
   // The selection the manifest was written with (gguf-inspect --hashes --json --layers ...);
   // empty when it covers every tensor. B's tensors outside it are not compared.

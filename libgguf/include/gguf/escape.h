@@ -17,6 +17,10 @@ std::string escape_for_terminal(std::string_view s);
 // 0xff is "\xff", the four characters \xff are "\\xff").
 std::string utf8_or_escaped(std::string_view s);
 
+// The inverse of utf8_or_escaped: "\\" becomes one backslash and "\xNN" the byte NN; any other
+// backslash (text not written by utf8_or_escaped) is kept as it is.
+std::string from_utf8_or_escaped(std::string_view s);
+
 // True when s is well-formed UTF-8 (no overlongs, no surrogates, <= U+10FFFF).
 bool is_valid_utf8(std::string_view s);
 

@@ -13,6 +13,10 @@ namespace gguf {
 
 // xxh3-64 of bytes, read in chunks so pages stream through once.
 uint64_t xxh3(std::span<const uint8_t> bytes);
+// xxh3-64 of a metadata value as the GGUF header stores it (u32 type, then the encoding): a
+// manifest records it so that a diff against it is exact where JSON is not (NaN, infinities,
+// -0.0, a string's bytes).
+uint64_t value_xxh3(const Value& v);
 // "0123456789abcdef": 16 lower-case hex digits, as manifests print them.
 std::string hex64(uint64_t h);
 

@@ -59,6 +59,7 @@ struct InspectReport {
   // The selection the tensor list was made with; recorded in the JSON (a manifest written
   // with selectors says what it covers, so gguf-diff --manifest compares only that).
   Selector selection;
+  bool hashes = false;  // --hashes: tensors and metadata values carry their xxh3
 };
 
 // The report of a model (throws on usage problems such as an empty selection).
