@@ -82,6 +82,30 @@ TEST(cli_contract, inspect_json_on_damaged_file_is_one_document) {
   EXPECT_TRUE(doc.contains("metadata"));
 }
 
+// --json output goes to terminals too: a key or value holding DEL, a C1 control (CSI) or a
+// bidi override reaches stdout as a \u escape, and the document still reads back the same.
+TEST(cli_contract, json_output_escapes_what_a_terminal_acts_on) {
+  TempDir dir;
+  Fixture f;
+  auto b = f.builder();
+  b.string("evil\x7f",
+           "a\xc2\x9b"
+           "31mred\xe2\x80\xae"
+           "b");
+  b.write_file(dir.file("e.gguf"));
+  for (const std::string tool : {"gguf-inspect", "gguf-diff"}) {
+    std::vector<std::string> args = {"--json", dir.file("e.gguf")};
+    if (tool == "gguf-diff") args.insert(args.begin() + 1, Fixture().write(dir, "plain.gguf"));
+    const CliResult r = run_cli(tool, args);
+    EXPECT_LE(r.code, 1) << r.err;
+    for (const char* raw : {"\x7f", "\xc2\x9b", "\xe2\x80\xae"})
+      EXPECT_EQ(r.out.find(raw), std::string::npos) << tool;
+    EXPECT_NE(r.out.find("a\\u009b31mred\\u202eb"), std::string::npos) << r.out;
+    const auto doc = nlohmann::json::parse(r.out);
+    EXPECT_NE(doc.dump().find("evil\x7f"), std::string::npos);
+  }
+}
+
 TEST(cli_contract, extra_positional_arguments_name_the_argument_and_where_it_belongs) {
   TempDir dir;
   const std::string a = Fixture().write(dir, "a.gguf");

@@ -166,5 +166,15 @@ TEST(escape, names_in_messages_escape_quotes) {
   EXPECT_NE(tensor_object(std::string(150, 'a')).find("...' (150 bytes)"), std::string::npos);
 }
 
+// JSON printed on a terminal: DEL, C1 controls and bidi overrides become \u escapes (the
+// dump already escapes the controls below 0x20); other text, valid or not, is left alone.
+TEST(escape, json_for_terminal) {
+  EXPECT_EQ(escape_json_for_terminal("{\"a\": \"x\x7f\xc2\x9b\xe2\x80\xae\xe2\x81\xa6y\"}"),
+            "{\"a\": \"x\\u007f\\u009b\\u202e\\u2066y\"}");
+  EXPECT_EQ(escape_json_for_terminal("{\"\xc3\xa9\xe4\xb8\xad\": 1}"),
+            "{\"\xc3\xa9\xe4\xb8\xad\": 1}");
+  EXPECT_EQ(escape_json_for_terminal("\xff\xc2"), "\xff\xc2");
+}
+
 }  // namespace
 }  // namespace gguf

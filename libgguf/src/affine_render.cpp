@@ -7,6 +7,7 @@
 #include "gguf/cli.h"
 #include "gguf/escape.h"
 #include "gguf/file.h"
+#include "gguf/json.h"
 #include "gguf/table.h"
 #include "render_written.h"
 
@@ -81,7 +82,7 @@ std::string render_import_json(const ImportResult& r, const WriteResult* written
       proof ? json{{"tensors", proof->tensors}, {"values", proof->values}, {"bytes", proof->bytes}}
             : json(nullptr);
   doc["notes"] = r.notes;
-  return doc.dump(2) + "\n";
+  return dump_json(doc, 2) + "\n";
 }
 
 }  // namespace gguf

@@ -19,6 +19,7 @@
 
 #include "gguf/error.h"
 #include "gguf/escape.h"
+#include "gguf/json.h"
 #include "writer_internal.h"
 
 namespace gguf::cli {
@@ -111,7 +112,7 @@ struct Failure {
     if (usage) fmt::print(stderr, "Try '{} --help' for more information.\n", tool);
     if (json && !g_json_printed) {
       const nlohmann::json doc = {{"error", utf8_or_escaped(message)}, {"exit_code", code}};
-      fmt::print("{}\n", doc.dump(2));
+      fmt::print("{}\n", dump_json(doc, 2));
       std::fflush(stdout);
     }
     return code;

@@ -94,7 +94,7 @@ Value metadata_value(const json& e, const std::string& path, const std::string& 
   };
   if (!e.contains("type") || !e["type"].is_string()) throw fail("metadata entry has no \"type\"");
   const auto type = parse_value_type(e["type"].get<std::string>());
-  if (!type) throw fail(fmt::format("unknown value type \"{}\"", e["type"].get<std::string>()));
+  if (!type) throw fail(fmt::format("unknown value type {}", dump_json(e["type"])));
   if (!e.contains("value")) throw fail("metadata entry has no \"value\"");
   const json& v = e["value"];
   if (*type == ValueType::kString) {
@@ -104,15 +104,14 @@ Value metadata_value(const json& e, const std::string& path, const std::string& 
   if (*type != ValueType::kArray) {
     const auto bits = scalar_bits(v, *type);
     if (!bits)
-      throw fail(
-          fmt::format("value {} does not fit type {}", v.dump(), e["type"].get<std::string>()));
+      throw fail(fmt::format("value {} does not fit type {}", dump_json(v), value_type_name(*type)));
     return Value::from_bits(*type, *bits);
   }
   if (!e.contains("element_type") || !e["element_type"].is_string())
     throw fail("array entry has no \"element_type\"");
   const auto elem = parse_value_type(e["element_type"].get<std::string>());
   if (!elem || *elem == ValueType::kArray)
-    throw fail(fmt::format("bad element type \"{}\"", e["element_type"].get<std::string>()));
+    throw fail(fmt::format("bad element type {}", dump_json(e["element_type"])));
   if (!v.is_array()) throw fail("value of an array entry is not a JSON array");
   if (*elem == ValueType::kString) {
     std::vector<std::string> strings;
@@ -128,7 +127,7 @@ Value metadata_value(const json& e, const std::string& path, const std::string& 
   for (size_t i = 0; i < v.size(); ++i) {
     const auto bits = scalar_bits(v[i], *elem);
     if (!bits)
-      throw fail(fmt::format("array element {} ({}) does not fit type {}", i, v[i].dump(),
+      throw fail(fmt::format("array element {} ({}) does not fit type {}", i, dump_json(v[i]),
                              value_type_name(*elem)));
     std::memcpy(packed.data() + i * es, &*bits, es);
   }
@@ -159,15 +158,15 @@ ManifestTensor manifest_tensor(const json& t, size_t index, const std::string& p
   if (t.contains("type")) {
     const auto type = t["type"].is_string() ? parse_type(t["type"].get<std::string>())
                                             : std::optional<GgmlType>();
-    if (!type) throw fail(fmt::format("unknown tensor type {}", t["type"].dump()));
+    if (!type) throw fail(fmt::format("unknown tensor type {}", dump_json(t["type"])));
     by_name = static_cast<uint32_t>(*type);
   }
   if (t.contains("type_id")) {
     if (!t["type_id"].is_number_unsigned() || t["type_id"].get<uint64_t>() > UINT32_MAX)
-      throw fail(fmt::format("type_id {} is not a type number", t["type_id"].dump()));
+      throw fail(fmt::format("type_id {} is not a type number", dump_json(t["type_id"])));
     m.type_id = t["type_id"].get<uint32_t>();
     if (by_name && *by_name != m.type_id)
-      throw fail(fmt::format("type {} disagrees with type_id {}", t["type"].dump(), m.type_id));
+      throw fail(fmt::format("type {} disagrees with type_id {}", dump_json(t["type"]), m.type_id));
   } else if (by_name) {
     m.type_id = *by_name;
   } else {
@@ -177,12 +176,12 @@ ManifestTensor manifest_tensor(const json& t, size_t index, const std::string& p
     throw fail(fmt::format("tensor entry has no \"shape\" of at most {} dimensions", kMaxDims));
   for (const auto& d : t["shape"]) {
     if (!d.is_number_integer() || d.get<int64_t>() < 0)
-      throw fail(fmt::format("shape element {} is not a non-negative integer", d.dump()));
+      throw fail(fmt::format("shape element {} is not a non-negative integer", dump_json(d)));
     m.shape.push_back(d.get<int64_t>());
   }
   if (t.contains("bytes")) {
     if (!t["bytes"].is_number_unsigned())
-      throw fail(fmt::format("bytes {} is not a byte count", t["bytes"].dump()));
+      throw fail(fmt::format("bytes {} is not a byte count", dump_json(t["bytes"])));
     m.bytes = t["bytes"].get<uint64_t>();
   }
   // The byte count a known type and the shape imply (whole rows, no overflow) must be it.
@@ -193,11 +192,11 @@ ManifestTensor manifest_tensor(const json& t, size_t index, const std::string& p
       want = want > UINT64_MAX ? want : want * static_cast<uint64_t>(m.shape[i]);
     if (ne0 % tr->block_size != 0 || want != *m.bytes)
       throw fail(fmt::format("bytes {} do not fit type {} and shape {}", *m.bytes, tr->name,
-                             t["shape"].dump()));
+                             dump_json(t["shape"])));
   }
   if (t.contains("xxh3")) {
     m.xxh3 = hex_hash(t["xxh3"]);
-    if (!m.xxh3) throw fail(fmt::format("xxh3 {} is not 16 hex digits", t["xxh3"].dump()));
+    if (!m.xxh3) throw fail(fmt::format("xxh3 {} is not 16 hex digits", dump_json(t["xxh3"])));
   }
   return m;
 }
@@ -236,7 +235,7 @@ Manifest parse_manifest(std::string_view json_text, const std::string& path) {
         const auto h = hex_hash(e["xxh3"]);
         if (!h)
           throw Error(path, key_object(key), std::nullopt,
-                      fmt::format("xxh3 {} is not 16 hex digits", e["xxh3"].dump()));
+                      fmt::format("xxh3 {} is not 16 hex digits", dump_json(e["xxh3"])));
         m.metadata_xxh3.emplace(key, *h);
       }
     }

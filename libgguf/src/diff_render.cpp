@@ -358,7 +358,7 @@ std::string render_diff_json(const DiffReport& r, const DiffRenderOptions& o) {
                     {"bytes_b", r.bytes_b},
                     {"by_role", roles},
                     {"by_layer", layers}};
-  return doc.dump(2) + "\n";
+  return dump_json(doc, 2) + "\n";
 }
 
 }  // namespace gguf

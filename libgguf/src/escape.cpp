@@ -37,7 +37,30 @@ size_t utf8_seq(std::string_view s, size_t i, uint32_t& cp) {
   return n;
 }
 
+// Code points above ASCII's controls that a terminal acts on or that reorder what it shows:
+// DEL, the C1 controls (CSI is 0x9B) and the bidi embeddings, overrides and isolates.
+bool acts_on_terminal(uint32_t cp) {
+  return cp == 0x7F || (cp >= 0x80 && cp < 0xA0) || (cp >= 0x202A && cp <= 0x202E) ||
+         (cp >= 0x2066 && cp <= 0x2069);
+}
+
 }  // namespace
+
+std::string escape_json_for_terminal(std::string_view json) {
+  std::string out;
+  out.reserve(json.size());
+  for (size_t i = 0; i < json.size();) {
+    uint32_t cp;
+    const size_t n = utf8_seq(json, i, cp);
+    if (n > 0 && acts_on_terminal(cp)) {
+      out += fmt::format("\\u{:04x}", cp);
+    } else {
+      out.append(json.substr(i, n ? n : 1));
+    }
+    i += n ? n : 1;
+  }
+  return out;
+}
 
 bool is_valid_utf8(std::string_view s) {
   for (size_t i = 0; i < s.size();) {
@@ -68,8 +91,7 @@ std::string escape_for_terminal(std::string_view s) {
       out += "\\\\";
     } else if (cp < 0x20 || cp == 0x7F) {
       out += fmt::format("\\x{:02x}", cp);
-    } else if ((cp >= 0x80 && cp < 0xA0) || (cp >= 0x202A && cp <= 0x202E) ||
-               (cp >= 0x2066 && cp <= 0x2069)) {
+    } else if (acts_on_terminal(cp)) {
       // C1 controls include CSI (0x9B); bidi overrides can make text display reordered.
       out += fmt::format("\\u{{{:04x}}}", cp);
     } else {

@@ -168,7 +168,7 @@ std::string render_json(const InspectReport& r) {
   }
   if (r.damage) doc["error"] = utf8_or_escaped(r.damage->what());
   if (!r.selection.empty()) doc["selection"] = selection_json(r.selection);
-  return doc.dump(2) + "\n";
+  return dump_json(doc, 2) + "\n";
 }
 
 }  // namespace gguf

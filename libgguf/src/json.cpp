@@ -51,6 +51,10 @@ nlohmann::json metadata_json(const KeyValue& kv) {
   return j;
 }
 
+std::string dump_json(const nlohmann::json& j, int indent) {
+  return escape_json_for_terminal(j.dump(indent));
+}
+
 nlohmann::json selection_json(const Selector& s) {
   nlohmann::json layers = nlohmann::json::array(), roles = nlohmann::json::array(),
                  match = nlohmann::json::array();
@@ -69,7 +73,8 @@ Selector selection_from_json(const nlohmann::json& j, const std::string& path) {
     if (!j.contains(key)) return out;
     if (!j[key].is_array()) throw fail(fmt::format("\"{}\" is not an array", key));
     for (const auto& v : j[key]) {
-      if (!v.is_string()) throw fail(fmt::format("\"{}\" holds {}, not a string", key, v.dump()));
+      if (!v.is_string())
+        throw fail(fmt::format("\"{}\" holds {}, not a string", key, dump_json(v)));
       out.push_back(v.get<std::string>());
     }
     return out;
@@ -80,7 +85,7 @@ Selector selection_from_json(const nlohmann::json& j, const std::string& path) {
     for (const auto& r : j["layers"]) {
       if (!r.is_array() || r.size() != 2 || !r[0].is_number_unsigned() ||
           !r[1].is_number_unsigned())
-        throw fail(fmt::format("layer range {} is not [first, last]", r.dump()));
+        throw fail(fmt::format("layer range {} is not [first, last]", dump_json(r)));
       layers.push_back(fmt::format("{}-{}", r[0].get<uint64_t>(), r[1].get<uint64_t>()));
     }
   }

@@ -6,6 +6,7 @@
 #include "gguf/cli.h"
 #include "gguf/escape.h"
 #include "gguf/exact.h"
+#include "gguf/json.h"
 #include "gguf/requant.h"
 #include "gguf/table.h"
 #include "render_written.h"
@@ -82,7 +83,7 @@ std::string render_requant_json(const RequantResult& r, const WriteResult* writt
                               {"zeros_sign_changed", exact->zeros_sign_changed}}
                        : json(nullptr);
   doc["notes"] = r.notes;
-  return doc.dump(2) + "\n";
+  return dump_json(doc, 2) + "\n";
 }
 
 }  // namespace gguf

@@ -6,6 +6,7 @@
 
 #include "gguf/cli.h"
 #include "gguf/escape.h"
+#include "gguf/json.h"
 #include "gguf/splice.h"
 #include "gguf/table.h"
 #include "gguf/types.h"
@@ -104,7 +105,7 @@ std::string render_splice_json(const SpliceResult& r, const WriteResult* written
       {"verified", written ? written->verified : false},
       {"warnings", std::move(warnings)},
   };
-  return doc.dump(2) + "\n";
+  return dump_json(doc, 2) + "\n";
 }
 
 }  // namespace gguf

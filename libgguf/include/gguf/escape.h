@@ -21,6 +21,11 @@ std::string utf8_or_escaped(std::string_view s);
 // backslash (text not written by utf8_or_escaped) is kept as it is.
 std::string from_utf8_or_escaped(std::string_view s);
 
+// A JSON text (as nlohmann::json::dump writes it: control characters below 0x20 already
+// escaped) with the other code points a terminal acts on escaped as \uXXXX too: DEL, C1
+// controls, bidi overrides. Still the same JSON document; safe to print on a terminal.
+std::string escape_json_for_terminal(std::string_view json);
+
 // True when s is well-formed UTF-8 (no overlongs, no surrogates, <= U+10FFFF).
 bool is_valid_utf8(std::string_view s);
 

@@ -10,6 +10,10 @@
 
 namespace gguf {
 
+// j.dump(indent), safe for a terminal (see escape_json_for_terminal): every JSON document and
+// every piece of JSON in a message goes through this.
+std::string dump_json(const nlohmann::json& j, int indent = -1);
+
 // A metadata value as JSON: numbers, booleans, strings, arrays (NaN/Inf become null).
 nlohmann::json value_json(const Value& v);
 // {"key", "type", "value"} (+ "element_type" for arrays).
