@@ -248,6 +248,30 @@ TEST(diff, every_sum_kernel_agrees_with_plain_loops) {
   }
 }
 
+// The cosine stays accurate when the norms differ a lot or the vectors are nearly orthogonal,
+// where a dot product derived from the sums of squares cancels (B = 1e5 A gave 0.99924).
+TEST(diff, every_sum_kernel_keeps_the_cosine_accurate_when_norms_differ) {
+  const auto base = perturbed(eighths(5000, 3), 0.4, 1);
+  const auto other = perturbed(eighths(5000, 11), 0.3, 7);
+  for (const double factor : {1e5, 1e3, 30.0, 1e-4}) {
+    for (const bool orthogonal : {false, true}) {
+      SCOPED_TRACE(::testing::Message() << factor << (orthogonal ? " unrelated" : " parallel"));
+      std::vector<float> x(base.size());
+      for (size_t i = 0; i < x.size(); ++i)
+        x[i] = static_cast<float>((orthogonal ? other[i] : base[i]) * factor);
+      const Expected want = expected(base, x);
+      for (size_t k = 0; k < detail::sum_kernel_count(); ++k) {
+        SCOPED_TRACE(k);
+        ErrorMetrics m;
+        for (size_t at = 0; at < base.size(); at += 4096)
+          detail::accumulate_with(k, base.data() + at, x.data() + at,
+                                  std::min<size_t>(4096, base.size() - at), nullptr, m);
+        EXPECT_NEAR(m.cosine(), want.cosine, 2e-6);
+      }
+    }
+  }
+}
+
 // Float squares underflow below about 1e-19 and overflow above 1e19: such chunks must be
 // summed in double (or on the careful path) by every kernel, to double precision.
 TEST(diff, every_sum_kernel_is_exact_for_tiny_and_huge_values) {
