@@ -1,6 +1,7 @@
 // The command-line contract all four tools share (DESIGN.md): --json failures as one JSON
 // document, positional arguments checked with a hint, -j/--threads with 0 meaning all cores,
 // -q/--quiet, and --help that lists only options a user can type.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -104,6 +105,36 @@ TEST(cli_contract, json_output_escapes_what_a_terminal_acts_on) {
     const auto doc = nlohmann::json::parse(r.out);
     EXPECT_NE(doc.dump().find("evil\x7f"), std::string::npos);
   }
+}
+
+// A tensor name too long for ggml's reader is an input problem: the error names the input,
+// the tensor and the byte of its info, not the output the writer would have refused.
+TEST(cli_contract, a_name_ggml_cannot_load_is_refused_naming_the_input) {
+  TempDir dir;
+  Fixture f;
+  const std::string long_name = "blk.0." + std::string(64, 'x');
+  f.tensors.push_back({long_name,
+                       gguf::diff_fixture::kF32,
+                       {8},
+                       gguf::diff_fixture::f32_bytes(gguf::diff_fixture::eighths(8, 1))});
+  const std::string in = f.write(dir, "long.gguf");
+  const std::string donor = Fixture().write(dir, "d.gguf");
+  uint64_t at = 0;
+  const gguf::Model model = gguf::Model::open(in);
+  for (const auto& t : model.tensors())
+    if (t.name() == long_name) at = t.info->info_offset;
+  ASSERT_GT(at, 0u);
+  const std::string want = fmt::format(
+      "DIR/long.gguf: tensor '{}': at byte {}: tensor name is 70 bytes; ggml allows at most 63, "
+      "so ggml could not load a file written with it",
+      long_name, at);
+  CliResult r = run_cli("gguf-requant", {in, "--type", "f16", "-o", dir.file("o.gguf")});
+  EXPECT_EQ(r.code, 1);
+  EXPECT_EQ(scrub(r.err, dir.path()), "gguf-requant: error: " + want + "\n");
+  r = run_cli("gguf-splice", {in, "--donor", donor, "--layers", "1", "-o", dir.file("o.gguf")});
+  EXPECT_EQ(r.code, 1);
+  EXPECT_EQ(scrub(r.err, dir.path()), "gguf-splice: error: " + want + "\n");
+  EXPECT_FALSE(std::filesystem::exists(dir.file("o.gguf")));
 }
 
 TEST(cli_contract, extra_positional_arguments_name_the_argument_and_where_it_belongs) {

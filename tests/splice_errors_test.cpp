@@ -228,6 +228,17 @@ TEST(splice_errors, quantization_version_must_agree) {
   const Model float_base = Model::open(fb);
   const SpliceResult r = splice_one(float_base, donor, selector({}));
   EXPECT_EQ(r.plan.metadata.get_uint("general.quantization_version"), 1u);
+  EXPECT_TRUE(r.warnings.empty());
+  // A donor of quantized payloads without the key is taken at the output's version, and the
+  // report says so.
+  const std::string nd = write_small(dir, "nd.gguf", GgmlType::Q4_0, std::nullopt);
+  const Model unversioned = Model::open(nd);
+  const SpliceResult u = splice_one(base, unversioned, selector({}));
+  EXPECT_EQ(u.plan.metadata.get_uint("general.quantization_version"), 2u);
+  EXPECT_EQ(u.warnings, std::vector<std::string>{fmt::format(
+                            "donor '{}' has no general.quantization_version; its quantized "
+                            "payloads are taken to be of the output's version, 2",
+                            nd)});
 }
 
 TEST(splice_errors, no_donor_is_a_usage_error) {

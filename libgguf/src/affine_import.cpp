@@ -290,6 +290,7 @@ ImportResult import_safetensors(const SafetensorsFile& file, const ImportOptions
         r.rows.push_back(std::move(rows[i]));
         continue;
       }
+      info.require_ggml_name(t.file->path());
       ImportRow row;
       row.name = info.name;
       row.source = t.file->path();

@@ -57,6 +57,14 @@ uint64_t TensorInfo::require_bytes(const std::string& path) const {
                           find_type(type_id) ? "removed from ggml" : "unknown id"));
 }
 
+void TensorInfo::require_ggml_name(const std::string& path) const {
+  if (name.size() <= kMaxNameBytes) return;
+  throw Error(path, tensor_object(name), info_offset,
+              fmt::format("tensor name is {} bytes; ggml allows at most {}, so ggml could not "
+                          "load a file written with it",
+                          name.size(), kMaxNameBytes));
+}
+
 const TensorInfo* GgufFile::find_tensor(std::string_view name) const {
   for (const auto& t : tensors_)
     if (t.name == name) return &t;

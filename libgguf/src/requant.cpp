@@ -109,6 +109,7 @@ RequantResult requant(const Model& model, const RequantOptions& o) {
     row.source = t.file->path();
     row.type_before = row.type_after = info.type_id;
     row.bytes_before = row.bytes_after = info.require_bytes(t.file->path());
+    info.require_ggml_name(t.file->path());
     PlanTensor pt{info.name, info.type_id, info.shape, row.bytes_before,
                   FileRange{t.file->source_ptr(), t.data_start()}};
     const bool quantizable = selected[i] && is_quantizable(info, arch);

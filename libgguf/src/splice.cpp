@@ -172,6 +172,7 @@ void settle_quant_version(SpliceResult& r, const Model& base, std::span<const Do
   std::optional<uint64_t> have = m.get_uint(kQuantVersion);
   bool any_quantized = false;
   std::vector<bool> donor_quantized(donors.size(), false);
+  std::vector<size_t> unversioned;  // donors of quantized payloads without the key
   for (size_t i = 0; i < r.rows.size(); ++i) {
     const TypeTraits* tt = sized_type(r.rows[i].type_after);
     if (!tt || !tt->quantized) continue;
@@ -181,7 +182,10 @@ void settle_quant_version(SpliceResult& r, const Model& base, std::span<const Do
   for (size_t d = 0; d < donors.size(); ++d) {
     if (!donor_quantized[d]) continue;
     const auto v = donors[d].model->metadata().get_uint(kQuantVersion);
-    if (!v) continue;
+    if (!v) {
+      unversioned.push_back(d);
+      continue;
+    }
     if (!have) {
       m.set(kQuantVersion, Value::u32(static_cast<uint32_t>(*v)));
       have = v;
@@ -194,6 +198,11 @@ void settle_quant_version(SpliceResult& r, const Model& base, std::span<const Do
   }
   // llama.cpp expects the key in any file holding quantized tensors.
   if (any_quantized && !have) m.set(kQuantVersion, Value::u32(2));
+  // Not provably the same layout, not provably different: say so rather than refuse.
+  for (size_t d : unversioned)
+    r.warnings.push_back(fmt::format(
+        "donor '{}' has no {}; its quantized payloads are taken to be of the output's version, {}",
+        escape_for_terminal(donors[d].model->path()), kQuantVersion, have.value_or(2)));
 }
 
 // Keeps general.file_type truthful. A base value whose main type is still the dominant one
@@ -366,6 +375,7 @@ SpliceResult splice(const Model& base, std::span<const Donor> donors, const Spli
     row.name = bt.name();
     row.type_before = bt.info->type_id;
     row.bytes_before = bt.info->require_bytes(bt.file->path());
+    bt.info->require_ggml_name(bt.file->path());
     row.type_after = src.info->type_id;
     row.bytes_after = *src.info->bytes;  // sized: resolve_claims checked donors, base above
     row.source = src.file->path();

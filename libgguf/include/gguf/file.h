@@ -40,6 +40,9 @@ struct TensorInfo {
   const TypeTraits* type() const { return sized_type(type_id); }
   // The payload size, or a gguf::Error naming the tensor when the type cannot be sized.
   uint64_t require_bytes(const std::string& path) const;
+  // A gguf::Error naming the input, the tensor and its info when the name is too long for
+  // ggml's reader (kMaxNameBytes): a file written with it could not be loaded.
+  void require_ggml_name(const std::string& path) const;
 };
 
 // "tensor 'name'" with the name escaped (and cut after 100 bytes); the object of errors.
