@@ -113,6 +113,21 @@ TEST(diff, metadata_changes_are_reported_exactly) {
   EXPECT_EQ(*r.metadata[3].b->as_uint(), 2u);
 }
 
+// An empty array that changed its element type has no element to point at.
+TEST(diff, empty_array_with_another_element_type_has_no_first_difference) {
+  TempDir dir;
+  GgufBuilder a, b;
+  a.array("k.empty", Tag::kU32, std::vector<uint32_t>{});
+  b.array("k.empty", Tag::kF32, std::vector<float>{});
+  a.write_file(dir.file("a.gguf"));
+  b.write_file(dir.file("b.gguf"));
+  const Model ma = Model::open(dir.file("a.gguf")), mb = Model::open(dir.file("b.gguf"));
+  const DiffReport r = diff_models(ma, mb, {});
+  ASSERT_EQ(r.metadata.size(), 1u);
+  EXPECT_EQ(r.metadata[0].change, MetadataChange::kChanged);
+  EXPECT_FALSE(r.metadata[0].first_difference);
+}
+
 TEST(diff, value_type_and_array_changes) {
   TempDir dir;
   GgufBuilder a, b;

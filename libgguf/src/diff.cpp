@@ -107,7 +107,9 @@ bool values_equal(const Value& a, const Value& b, bool json_forms) {
 
 std::optional<uint64_t> first_difference(const Value& a, const Value& b, bool json_forms) {
   if (!a.is_array() || !b.is_array()) return std::nullopt;
-  if (a.array_type() != b.array_type()) return 0;
+  // Elements of another type differ from the first one on, if there is one.
+  if (a.array_type() != b.array_type())
+    return a.array_size() && b.array_size() ? std::optional<uint64_t>(0) : std::nullopt;
   const uint64_t n = std::min(a.array_size(), b.array_size());
   const bool strings = a.array_type() == ValueType::kString;
   const size_t es = scalar_size(a.array_type());
