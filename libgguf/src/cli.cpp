@@ -112,8 +112,9 @@ struct Failure {
     if (usage) fmt::print(stderr, "Try '{} --help' for more information.\n", tool);
     if (json && !g_json_printed) {
       const nlohmann::json doc = {{"error", utf8_or_escaped(message)}, {"exit_code", code}};
-      fmt::print("{}\n", dump_json(doc, 2));
-      std::fflush(stdout);
+      const std::string text = dump_json(doc, 2) + "\n";
+      // A stdout that cannot take it changes nothing: the error is on stderr already.
+      if (std::fwrite(text.data(), 1, text.size(), stdout) == text.size()) std::fflush(stdout);
     }
     return code;
   }
