@@ -59,6 +59,39 @@ TEST(cli_contract, json_failures_print_one_error_document) {
   EXPECT_FALSE(std::filesystem::exists(dir.file("o.gguf")));
 }
 
+// The document's "error" is the stderr message itself: backslashes, quotes and escapes of a
+// name are not escaped a second time.
+TEST(cli_contract, json_error_is_the_stderr_message) {
+  TempDir dir;
+  const std::string odd = dir.file("x\\y'\x1b.gguf");
+  const CliResult r = run_cli("gguf-inspect", {"--json", odd});
+  EXPECT_EQ(r.code, 1);
+  const auto doc = nlohmann::json::parse(r.out);
+  EXPECT_EQ("gguf-inspect: error: " + doc["error"].get<std::string>() + "\n", r.err);
+  EXPECT_NE(r.err.find("x\\\\y'\\x1b.gguf"), std::string::npos) << r.err;
+}
+
+// --json is read from the parsed command line: abbreviated it counts, as the value of another
+// option it does not.
+TEST(cli_contract, json_is_what_the_command_line_parsed) {
+  TempDir dir;
+  const std::string missing = dir.file("missing.gguf");
+  CliResult r = run_cli("gguf-inspect", {"--jso", missing});
+  EXPECT_EQ(r.code, 1);
+  EXPECT_EQ(nlohmann::json::parse(r.out).value("exit_code", 0), 1);
+  r = run_cli("gguf-diff", {"--js", missing, missing});
+  EXPECT_EQ(nlohmann::json::parse(r.out).value("exit_code", 0), 2);
+  // "--json" as --match's value: a text run, whose failure prints nothing on stdout.
+  r = run_cli("gguf-requant",
+              {missing, "--type", "q8_0", "--match", "--json", "-o", dir.file("o.gguf")});
+  EXPECT_EQ(r.code, 1);
+  EXPECT_EQ(r.out, "");
+  // An unparsable command line still honours a --json among the arguments.
+  r = run_cli("gguf-splice", {"--json", "--no-such-option"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(nlohmann::json::parse(r.out).value("exit_code", 0), 2);
+}
+
 TEST(cli_contract, without_json_failures_print_nothing_on_stdout) {
   TempDir dir;
   const CliResult r = run_cli("gguf-inspect", {dir.file("missing.gguf")});

@@ -290,8 +290,11 @@ TEST(diff_cli, usage_errors_exit_2) {
   };
   const std::string hint = "Try 'gguf-diff --help' for more information.\n";
   EXPECT_EQ(err({"only.gguf"}), "gguf-diff: error: expected two models A and B, got 1\n" + hint);
-  EXPECT_EQ(err({"--manifest", "m.json", "a.gguf", "b.gguf"}),
-            "gguf-diff: error: expected one model with --manifest, got 2\n" + hint);
+  EXPECT_EQ(
+      err({"--manifest", "m.json", "a.gguf", "b.gguf"}),
+      "gguf-diff: error: unexpected argument 'b.gguf' (--manifest compares one model)\n" + hint);
+  EXPECT_EQ(err({"a.gguf", "b.gguf", "c.gguf"}),
+            "gguf-diff: error: unexpected argument 'c.gguf' (two models, A and B)\n" + hint);
   EXPECT_EQ(err({"--manifest", "m.json", "--values", "b.gguf"}),
             "gguf-diff: error: --values, --imatrix, --reference and --paranoid need the bytes of "
             "both sides; a manifest holds only hashes\n" +
@@ -398,6 +401,8 @@ TEST(diff_cli, manifest_metadata_round_trips_exactly) {
   EXPECT_EQ(changed, (std::vector<std::string>{"x", "z", "n", "fs"}));
 }
 
+std::string dir_file(const Pair& p, const std::string& name) { return p.dir.file(name); }
+
 // A manifest written with selectors records them; the diff then compares only what the
 // manifest covers instead of reporting every other tensor of B as only in B.
 TEST(diff_cli, manifest_with_a_selection_covers_only_it) {
@@ -421,6 +426,22 @@ TEST(diff_cli, manifest_with_a_selection_covers_only_it) {
   EXPECT_EQ(r.code, 0) << r.err;
   const auto doc = nlohmann::json::parse(r.out);
   EXPECT_EQ(doc["a"]["selection"]["layers"], nlohmann::json::parse("[[1, 1]]"));
+  // A tensor of B inside the manifest's selection that the manifest lacks is still new.
+  auto extra = written;
+  extra["tensors"] = nlohmann::json::array();
+  std::ofstream(dir_file(p, "e.json")) << extra.dump();
+  r = run_cli("gguf-diff", {"--manifest", dir_file(p, "e.json"), "--json", "--no-metadata", p.a});
+  EXPECT_EQ(r.code, 1) << r.err;
+  const auto e = nlohmann::json::parse(r.out);
+  ASSERT_EQ(e["tensors"].size(), 1u);
+  EXPECT_EQ(e["tensors"][0]["change"], "only_b");
+  // A layer outside what the manifest covers: the error says the manifest does not cover it.
+  r = run_cli("gguf-diff", {"--manifest", manifest, "--layers", "0", p.a});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("(the manifest covers only layer 1, role routed-gate|routed-up|"
+                       "routed-down)"),
+            std::string::npos)
+      << r.err;
   // A user selector still narrows further, within what the manifest covers.
   r = run_cli("gguf-diff", {"--manifest", manifest, "-q", "--match", "blk\\..*", p.a});
   EXPECT_EQ(r.code, 0) << r.err;

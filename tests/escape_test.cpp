@@ -166,6 +166,21 @@ TEST(escape, names_in_messages_escape_quotes) {
   EXPECT_NE(tensor_object(std::string(150, 'a')).find("...' (150 bytes)"), std::string::npos);
 }
 
+// The inverse of utf8_or_escaped gives back any byte string; text it did not write (a lone or
+// trailing backslash, a short or bad \x) stays as it is.
+TEST(escape, from_utf8_or_escaped_inverts_it) {
+  for (const std::string& s :
+       {std::string(""), std::string("plain"), std::string("a\\b"), std::string("\\x41"),
+        std::string("\xff\xfe\\\\"), std::string("tail\\"), std::string("\0mid\x80", 5),
+        std::string("\xe2\x80\xae")})
+    EXPECT_EQ(from_utf8_or_escaped(utf8_or_escaped(s)), s) << utf8_or_escaped(s);
+  EXPECT_EQ(from_utf8_or_escaped("\\x4"), "\\x4");
+  EXPECT_EQ(from_utf8_or_escaped("\\xZZ"), "\\xZZ");
+  EXPECT_EQ(from_utf8_or_escaped("\\XfF\\xfF"), "\\XfF\xff");
+  EXPECT_EQ(from_utf8_or_escaped("end\\"), "end\\");
+  EXPECT_EQ(from_utf8_or_escaped("\\\\\\"), "\\\\");
+}
+
 // JSON printed on a terminal: DEL, C1 controls and bidi overrides become \u escapes (the
 // dump already escapes the controls below 0x20); other text, valid or not, is left alone.
 TEST(escape, json_for_terminal) {

@@ -54,6 +54,8 @@ int run(int argc, char** argv) {
 
   const bool manifest = vm.count("manifest");
   const size_t want = manifest ? 1 : 2;
+  gguf::cli::check_positional(inputs, want,
+                              manifest ? "--manifest compares one model" : "two models, A and B");
   if (inputs.size() != want)
     gguf::usage_error(manifest
                           ? fmt::format("expected one model with --manifest, got {}", inputs.size())

@@ -13,6 +13,7 @@
 #include <mutex>
 #include <new>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <sstream>
 #include <system_error>
 #include <thread>
@@ -92,13 +93,16 @@ bool stdout_complete(std::string_view tool) {
 namespace {
 
 bool g_json_printed = false;
+// Whether --json was given, as the parsed command line says (unset until it is parsed).
+std::optional<bool> g_json_option;
 
-// True when --json is one of the arguments (options end at "--").
-bool wants_json(int argc, char** argv) {
+// When the command line could not be parsed: whether an argument reads as --json, which Boost
+// would also accept abbreviated (--js); options end at "--".
+bool json_in_argv(int argc, char** argv) {
   for (int i = 1; i < argc && argv[i]; ++i) {
     const std::string_view a = argv[i];
     if (a == "--") return false;
-    if (a == "--json") return true;
+    if (a.size() >= 4 && std::string_view("--json").starts_with(a)) return true;
   }
   return false;
 }
@@ -106,12 +110,16 @@ bool wants_json(int argc, char** argv) {
 // The failure's message on stderr (and, with --json, as a document on stdout); returns code.
 struct Failure {
   std::string_view tool;
-  bool json;
+  int argc;
+  char** argv;
   int report(int code, std::string_view message, bool usage) const {
     fmt::print(stderr, "{}: error: {}\n", tool, message);
     if (usage) fmt::print(stderr, "Try '{} --help' for more information.\n", tool);
-    if (json && !g_json_printed) {
-      const nlohmann::json doc = {{"error", utf8_or_escaped(message)}, {"exit_code", code}};
+    if (g_json_option.value_or(json_in_argv(argc, argv)) && !g_json_printed) {
+      // The message as on stderr (already escaped for a terminal), kept valid UTF-8.
+      const std::string m(message);
+      const nlohmann::json doc = {{"error", is_valid_utf8(m) ? m : utf8_or_escaped(m)},
+                                  {"exit_code", code}};
       const std::string text = dump_json(doc, 2) + "\n";
       // A stdout that cannot take it changes nothing: the error is on stderr already.
       if (std::fwrite(text.data(), 1, text.size(), stdout) == text.size()) std::fflush(stdout);
@@ -127,7 +135,7 @@ void json_document_printed() { g_json_printed = true; }
 int run_tool(std::string_view tool, int argc, char** argv, const std::function<int()>& body,
              int failure_code) {
   install_signal_handlers(tool, failure_code);
-  const Failure fail{tool, wants_json(argc, argv)};
+  const Failure fail{tool, argc, argv};
   try {
     const int code = body();
     return stdout_complete(tool) ? code : failure_code;
@@ -159,6 +167,9 @@ bool parse_command_line(int argc, char** argv, std::string_view tool, std::strin
   po::options_description all;
   all.add(visible).add(hidden);
   po::store(po::command_line_parser(argc, argv).options(all).positional(positional).run(), vm);
+  // A switch (bool_switch) is present with its default; an option without a value only when
+  // given.
+  g_json_option = vm.count("json") > 0 && !vm["json"].defaulted();
   if (vm.count("help")) {
     fmt::print("Usage: {} {}\n\n", tool, usage);
     std::ostringstream os;

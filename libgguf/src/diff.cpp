@@ -109,7 +109,7 @@ std::optional<uint64_t> first_difference(const Value& a, const Value& b, bool js
   if (!a.is_array() || !b.is_array()) return std::nullopt;
   // Elements of another type differ from the first one on, if there is one.
   if (a.array_type() != b.array_type())
-    return a.array_size() && b.array_size() ? std::optional<uint64_t>(0) : std::nullopt;
+    return a.array_size() || b.array_size() ? std::optional<uint64_t>(0) : std::nullopt;
   const uint64_t n = std::min(a.array_size(), b.array_size());
   const bool strings = a.array_type() == ValueType::kString;
   const size_t es = scalar_size(a.array_type());
@@ -421,8 +421,17 @@ DiffReport diff_sides(const Side& a, const Side& b, bool json_forms, const DiffO
     for (size_t i = 0; i < rows.size(); ++i) chosen.push_back(i);
   } else if (!rows.empty()) {
     // The names are the union of both sides: a layer is missing only when neither has it.
-    chosen =
-        select_tensors(o.selector, names, dims, arch, SelectOptions{.files = {a.origin, b.origin}});
+    try {
+      chosen = select_tensors(o.selector, names, dims, arch,
+                              SelectOptions{.files = {a.origin, b.origin}});
+    } catch (const Error& e) {
+      if (!covered || covered->empty()) throw;
+      // B's tensors outside the manifest were left out above; say why they are missing.
+      throw Error(e.path(), e.object(), e.offset(),
+                  fmt::format("{} (the manifest covers only {})", e.message(),
+                              escape_for_terminal(covered->describe())),
+                  e.kind());
+    }
   }
 
   std::vector<HashPair> pairs;

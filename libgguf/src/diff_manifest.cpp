@@ -104,7 +104,8 @@ Value metadata_value(const json& e, const std::string& path, const std::string& 
   if (*type != ValueType::kArray) {
     const auto bits = scalar_bits(v, *type);
     if (!bits)
-      throw fail(fmt::format("value {} does not fit type {}", dump_json(v), value_type_name(*type)));
+      throw fail(
+          fmt::format("value {} does not fit type {}", dump_json(v), value_type_name(*type)));
     return Value::from_bits(*type, *bits);
   }
   if (!e.contains("element_type") || !e["element_type"].is_string())
@@ -218,10 +219,10 @@ Manifest parse_manifest(std::string_view json_text, const std::string& path) {
   m.path = path;
   if (doc.contains("files") && doc["files"].is_array())
     for (const auto& f : doc["files"])
-      if (f.is_string()) m.files.push_back(f.get<std::string>());
+      if (f.is_string()) m.files.push_back(from_utf8_or_escaped(f.get<std::string>()));
   if (m.files.empty()) m.files.push_back(path);
   if (doc.contains("architecture") && doc["architecture"].is_string())
-    m.architecture = doc["architecture"].get<std::string>();
+    m.architecture = from_utf8_or_escaped(doc["architecture"].get<std::string>());
   if (doc.contains("metadata")) {
     if (!doc["metadata"].is_array())
       throw Error(path, {}, std::nullopt, "\"metadata\" is not an array");

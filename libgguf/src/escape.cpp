@@ -38,10 +38,10 @@ size_t utf8_seq(std::string_view s, size_t i, uint32_t& cp) {
 }
 
 // Code points above ASCII's controls that a terminal acts on or that reorder what it shows:
-// DEL, the C1 controls (CSI is 0x9B) and the bidi embeddings, overrides and isolates.
+// DEL, the C1 controls (CSI is 0x9B) and the bidi marks, embeddings, overrides and isolates.
 bool acts_on_terminal(uint32_t cp) {
-  return cp == 0x7F || (cp >= 0x80 && cp < 0xA0) || (cp >= 0x202A && cp <= 0x202E) ||
-         (cp >= 0x2066 && cp <= 0x2069);
+  return cp == 0x7F || (cp >= 0x80 && cp < 0xA0) || cp == 0x061C || cp == 0x200E || cp == 0x200F ||
+         (cp >= 0x202A && cp <= 0x202E) || (cp >= 0x2066 && cp <= 0x2069);
 }
 
 }  // namespace

@@ -166,7 +166,10 @@ std::string render_json(const InspectReport& r) {
                    {"message", utf8_or_escaped(x.message)}});
     doc["problems"] = std::move(p);
   }
-  if (r.damage) doc["error"] = utf8_or_escaped(r.damage->what());
+  if (r.damage) {
+    doc["error"] = utf8_or_escaped(r.damage->what());
+    doc["exit_code"] = 1;  // as gguf-inspect exits, like the error document of other failures
+  }
   if (!r.selection.empty()) doc["selection"] = selection_json(r.selection);
   return dump_json(doc, 2) + "\n";
 }

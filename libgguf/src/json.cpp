@@ -60,22 +60,26 @@ nlohmann::json selection_json(const Selector& s) {
                  match = nlohmann::json::array();
   for (const auto& [lo, hi] : s.layers) layers.push_back({lo, hi});
   for (Role r : s.roles) roles.push_back(std::string(role_name(r)));
-  // Patterns as typed (a manifest reads them back); one that is not UTF-8 escaped.
-  for (const auto& p : s.patterns) match.push_back(is_valid_utf8(p) ? p : utf8_or_escaped(p));
-  return {{"layers", layers}, {"roles", roles}, {"match", match}, {"text", s.describe()}};
+  // Escaped like every string from outside (a backslash doubled, a byte that is not UTF-8 as
+  // \xNN); selection_from_json undoes it.
+  for (const auto& p : s.patterns) match.push_back(utf8_or_escaped(p));
+  return {{"layers", layers},
+          {"roles", roles},
+          {"match", match},
+          {"text", utf8_or_escaped(s.describe())}};
 }
 
 Selector selection_from_json(const nlohmann::json& j, const std::string& path) {
   const auto fail = [&](const std::string& msg) { return Error(path, "selection", {}, msg); };
   if (!j.is_object()) throw fail("not a JSON object");
-  const auto strings = [&](const char* key) {
+  const auto strings = [&](const char* key, bool escaped) {
     std::vector<std::string> out;
     if (!j.contains(key)) return out;
     if (!j[key].is_array()) throw fail(fmt::format("\"{}\" is not an array", key));
     for (const auto& v : j[key]) {
       if (!v.is_string())
         throw fail(fmt::format("\"{}\" holds {}, not a string", key, dump_json(v)));
-      out.push_back(v.get<std::string>());
+      out.push_back(escaped ? from_utf8_or_escaped(v.get<std::string>()) : v.get<std::string>());
     }
     return out;
   };
@@ -90,7 +94,7 @@ Selector selection_from_json(const nlohmann::json& j, const std::string& path) {
     }
   }
   try {
-    return parse_selector(layers, strings("roles"), strings("match"));
+    return parse_selector(layers, strings("roles", false), strings("match", true));
   } catch (const Error& e) {
     throw fail(e.message());
   }

@@ -24,9 +24,11 @@ std::string_view version();
 // Boost.Program_options errors with 2. Also installs signal handlers: SIGINT, SIGTERM and
 // SIGHUP remove the writer's temp files before the process dies of them; SIGBUS (a mapped
 // input truncated while in use) prints an error and exits with failure_code.
-// With --json among the arguments (before a "--"), a failure also prints one JSON document on
-// stdout, {"error": message, "exit_code": N}, so a script that parses stdout always gets a
-// document; a tool that printed its own document with the error sets json_document_printed().
+// With --json (as parse_command_line read it; when the command line itself is the problem, an
+// argument that reads as --json), a failure also prints one JSON document on stdout,
+// {"error": the message as on stderr, "exit_code": N}, so a script that parses stdout always
+// gets a document; a tool that printed its own document with the error sets
+// json_document_printed().
 int run_tool(std::string_view tool, int argc, char** argv, const std::function<int()>& body,
              int failure_code = 1);
 void json_document_printed();
