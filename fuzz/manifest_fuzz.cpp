@@ -19,7 +19,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   // The inverse must undo the escaping of any byte string.
   const std::string raw(text);
   if (gguf::from_utf8_or_escaped(gguf::utf8_or_escaped(raw)) != raw) __builtin_trap();
-  sink = sink + gguf::escape_json_for_terminal(text).size() + gguf::escape_for_terminal(text).size();
+  sink =
+      sink + gguf::escape_json_for_terminal(text).size() + gguf::escape_for_terminal(text).size();
   try {
     const gguf::Manifest m = gguf::parse_manifest(text, "fuzz.json");
     for (const auto& kv : m.metadata.entries())
