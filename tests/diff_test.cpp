@@ -691,6 +691,12 @@ TEST(diff, manifest_errors_name_the_problem) {
             "--hashes --json");
   EXPECT_EQ(error_of("{}"),
             "m.json: no \"tensors\" array; expected the output of gguf-inspect --hashes --json");
+  // A number too large for a double is not a syntax error to nlohmann, but still no manifest
+  // (found by manifest_fuzz: it escaped as an uncaught exception).
+  EXPECT_EQ(error_of(R"({"tensors": [{"name": "x", "type": "f32", "shape": [2e56000]}]})"),
+            "m.json: not a JSON document gguf-diff can read ([json.exception.out_of_range.406] "
+            "number overflow parsing '2e56000'); expected the output of gguf-inspect --hashes "
+            "--json");
   EXPECT_EQ(error_of(R"({"tensors": [{"name": "x", "type": "q9_Z", "shape": [4]}]})"),
             "m.json: tensor 'x': unknown tensor type \"q9_Z\"");
   EXPECT_EQ(error_of(R"({"tensors": [{"name": "x", "type": "f32", "shape": [4], "xxh3": "12"}]})"),

@@ -211,6 +211,12 @@ Manifest parse_manifest(std::string_view json_text, const std::string& path) {
   } catch (const json::parse_error& e) {
     throw Error(path, {}, e.byte ? std::optional<uint64_t>(e.byte - 1) : std::nullopt,
                 "not a JSON document; expected the output of gguf-inspect --hashes --json");
+  } catch (const json::exception& e) {
+    // E.g. a number too large for a double (out_of_range 406), found by manifest_fuzz.
+    throw Error(path, {}, std::nullopt,
+                fmt::format("not a JSON document gguf-diff can read ({}); expected the output of "
+                            "gguf-inspect --hashes --json",
+                            e.what()));
   }
   if (!doc.is_object() || !doc.contains("tensors") || !doc["tensors"].is_array())
     throw Error(path, {}, std::nullopt,
