@@ -119,6 +119,31 @@ TEST(codec_float, f16_and_bf16_rows_use_the_scalar_conversions) {
   EXPECT_EQ(hd[4], -3.140625f);
 }
 
+// The bf16 decoder converts element by element up to the output's next cache line, then 16
+// at a time with aligned stores, then the tail: every split of a row must give the same bits.
+TEST(codec_float, bf16_decodes_at_every_output_alignment_and_length) {
+  std::mt19937 rng(7);
+  std::vector<uint8_t> src(2 * 200);
+  for (auto& v : src) v = static_cast<uint8_t>(rng());
+  std::vector<float> out(16 + 200 + 16);
+  for (size_t shift = 0; shift < 16; ++shift) {
+    for (size_t n : {0, 1, 7, 15, 16, 17, 31, 32, 33, 63, 64, 65, 127, 200}) {
+      std::fill(out.begin(), out.end(), -1.0f);
+      dequantize(GgmlType::BF16, std::span(src).first(2 * n), std::span(out).subspan(shift, n));
+      for (size_t i = 0; i < n; ++i) {
+        uint16_t h;
+        std::memcpy(&h, src.data() + 2 * i, 2);
+        ASSERT_EQ(bits(out[shift + i]), bits(bf16_to_fp32(h))) << shift << " " << n << " " << i;
+      }
+      for (size_t i = 0; i < out.size(); ++i) {
+        if (i < shift || i >= shift + n) {
+          ASSERT_EQ(out[i], -1.0f) << "wrote outside, " << i;
+        }
+      }
+    }
+  }
+}
+
 // ggml has no decoder for these; the values are what a C cast gives, checked by hand.
 TEST(codec_float, integers_and_f64_decode_like_a_c_cast) {
   const std::vector<int8_t> i8 = {-128, 127, 0, -1};
