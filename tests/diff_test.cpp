@@ -204,6 +204,31 @@ TEST(diff, shape_change_takes_precedence_over_type) {
   EXPECT_EQ(find(diff(a, b), "token_embd.weight").change, TensorChange::kShape);
 }
 
+// gguf-py keeps trailing dimensions of 1 that ggml's writer drops; ggml and llama.cpp see one
+// shape, and so does the diff: the same bytes are identical, other bytes are measured.
+TEST(diff, trailing_dimensions_of_one_are_the_same_shape) {
+  Fixture a, b;
+  a.tensor("output_norm.weight").shape = {8, 1};
+  b.tensor("output_norm.weight").shape = {8, 1, 1, 1};
+  a.tensor("blk.0.attn_q.weight").shape = {8, 8, 1};
+  b.tensor("blk.0.attn_q.weight").payload = f32_bytes(eighths(64, 5));
+  DiffOptions o;
+  o.values = true;
+  const DiffReport r = diff(a, b, o);
+  EXPECT_EQ(find(r, "output_norm.weight").change, TensorChange::kSame);
+  const TensorDiff& q = find(r, "blk.0.attn_q.weight");
+  EXPECT_EQ(q.change, TensorChange::kBytes);
+  ASSERT_TRUE(q.metrics);
+  EXPECT_EQ(q.metrics->count, 64u);
+  EXPECT_EQ(q.a->shape, (std::vector<int64_t>{8, 8, 1}));
+  EXPECT_EQ(q.b->shape, (std::vector<int64_t>{8, 8}));
+  Fixture c;
+  c.tensor("output_norm.weight").shape = {8, 1, 1, 1};
+  EXPECT_TRUE(diff(Fixture(), c).identical);
+  c.tensor("output_norm.weight").shape = {1, 8};  // a leading 1 is another shape
+  EXPECT_EQ(find(diff(Fixture(), c), "output_norm.weight").change, TensorChange::kShape);
+}
+
 TEST(diff, metrics_match_plain_loops) {
   Fixture a, b;
   const auto base = floats_of(a.tensor("blk.0.attn_q.weight"));

@@ -61,6 +61,24 @@ TEST(splice_errors, shape_mismatch) {
                         path, at, fx().base));
 }
 
+// A donor that stores the same shape with trailing 1s (as gguf-py does) is no mismatch; the
+// output keeps the base's tensor table.
+TEST(splice_errors, trailing_dimensions_of_one_are_no_shape_mismatch) {
+  Scratch dir;
+  const std::string path = variant(dir, "d.gguf", [](Plan& p) {
+    for (auto& t : p.tensors)
+      if (t.name == "blk.3.ffn_down_exps.weight") t.shape.push_back(1);
+  });
+  const Model base = Model::open(fx().base), donor = Model::open(path);
+  const SpliceResult r = splice_one(base, donor, selector({"3"}));
+  EXPECT_EQ(r.spliced, 3u);
+  for (const auto& t : r.plan.tensors) {
+    if (t.name == "blk.3.ffn_down_exps.weight") {
+      EXPECT_EQ(t.shape, base.find(t.name)->info->shape);
+    }
+  }
+}
+
 // Rewrites the type id of tensor name in a written file (the writer refuses such types).
 void patch_type(const std::string& path, const std::string& name, uint32_t type_id) {
   const auto f = GgufFile::open(path);

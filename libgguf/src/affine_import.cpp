@@ -280,7 +280,7 @@ ImportResult import_safetensors(const SafetensorsFile& file, const ImportOptions
       const TensorInfo& info = *t.info;
       if (const auto it = index.find(info.name); it != index.end()) {
         const size_t i = it->second;
-        if (rows[i].shape != info.shape)
+        if (!same_shape(rows[i].shape, info.shape))
           throw Error(path, tensor_object(info.name), offset_of(rows[i]),
                       fmt::format("shape {} (ggml order) here, but {} in the base {}",
                                   shape_text(rows[i].shape), shape_text(info.shape),

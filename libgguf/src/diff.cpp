@@ -297,7 +297,7 @@ void measure(const Side& a, const Side& b, DiffReport& report, const DiffOptions
     const SideTensor& sb = b.tensors[b.index.at(t.name)];
     const TensorRef* ref = o.reference ? o.reference->find(t.name) : nullptr;
     if (o.reference && !ref) t.note = "not in the reference";
-    if (ref && ref->info->shape != t.a->shape) {
+    if (ref && !same_shape(ref->info->shape, t.a->shape)) {
       t.note = "shape differs from the reference";
       ref = nullptr;
     }
@@ -448,7 +448,7 @@ DiffReport diff_sides(const Side& a, const Side& b, bool json_forms, const DiffO
       t.change = TensorChange::kOnlyA;
     else if (!ta)
       t.change = TensorChange::kOnlyB;
-    else if (*ta->shape != *tb->shape)
+    else if (!same_shape(*ta->shape, *tb->shape))
       t.change = TensorChange::kShape;
     else if (ta->type_id != tb->type_id)
       t.change = TensorChange::kType;

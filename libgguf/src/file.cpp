@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <algorithm>
 #include <bit>
 #include <cstring>
 #include <unordered_map>
@@ -48,6 +49,13 @@ const KeyValue* find_key_as_ggml(const Metadata& m, std::string_view key) {
 
 std::string shape_text(const std::vector<int64_t>& shape) {
   return fmt::format("[{}]", fmt::join(shape, ", "));
+}
+
+bool same_shape(const std::vector<int64_t>& a, const std::vector<int64_t>& b) {
+  const size_t n = std::max(a.size(), b.size());
+  for (size_t d = 0; d < n; ++d)
+    if ((d < a.size() ? a[d] : 1) != (d < b.size() ? b[d] : 1)) return false;
+  return true;
 }
 
 uint64_t TensorInfo::require_bytes(const std::string& path) const {

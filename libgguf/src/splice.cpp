@@ -116,7 +116,7 @@ std::vector<std::optional<Claim>> resolve_claims(const Model& base, std::span<co
                     fmt::format("type {} ({}) has no known size; its payload cannot be spliced",
                                 dt->info->type_id,
                                 find_type(dt->info->type_id) ? "removed from ggml" : "unknown id"));
-      if (dt->info->shape != bt.info->shape)
+      if (!same_shape(dt->info->shape, bt.info->shape))
         throw Error(
             dt->file->path(), object, dt->info->info_offset,
             fmt::format("shape {} differs from the base's {} in '{}'", shape_text(dt->info->shape),
@@ -389,7 +389,7 @@ SpliceResult splice(const Model& base, std::span<const Donor> donors, const Spli
     PlanTensor t;
     t.name = row.name;
     t.type_id = row.type_after;
-    t.shape = src.info->shape;
+    t.shape = bt.info->shape;  // the donor's may differ in trailing 1s (same_shape)
     t.bytes = row.bytes_after;
     t.source = FileRange{src.file->source_ptr(), src.data_start()};
     r.plan.tensors.push_back(std::move(t));

@@ -50,6 +50,9 @@ std::string tensor_object(std::string_view name);
 std::string key_object(std::string_view key);
 // "[4096, 128, 8]": a shape in messages and tables.
 std::string shape_text(const std::vector<int64_t>& shape);
+// Equal as ggml sees shapes: padded with 1s to four dimensions, so [256, 1] is [256]. Writers
+// differ here (gguf-py keeps trailing 1s, ggml's own writer drops them).
+bool same_shape(const std::vector<int64_t>& a, const std::vector<int64_t>& b);
 
 // The entry ggml's gguf_find_key finds: the first whose key reads `key` up to a NUL byte.
 const KeyValue* find_key_as_ggml(const Metadata& m, std::string_view key);
