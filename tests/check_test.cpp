@@ -239,10 +239,10 @@ TEST(check, small_alignment_that_breaks_32_byte_data) {
                                     ? fmt::format("'a' at byte {}", l.data_offset)
                                     : fmt::format("'b' at byte {}", l.data_offset + 16);
   EXPECT_EQ(problems(b),
-            Strings{fmt::format("warning: mem.gguf: key 'general.alignment': at byte 24: "
+            Strings{fmt::format("error: mem.gguf: key 'general.alignment': at byte 24: "
                                 "general.alignment 8 lets tensor data start off a 32-byte boundary "
-                                "({}); ggml's CPU backend asserts 32-byte alignment when llama.cpp "
-                                "memory-maps the file",
+                                "({}); llama.cpp aborts when it memory-maps the file (ggml's CPU "
+                                "backend asserts 32-byte alignment)",
                                 first_off)});
   GgufBuilder big;
   big.alignment(64).tensor("a", 0, {3}).tensor("b", 0, {8});

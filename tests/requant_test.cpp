@@ -84,6 +84,34 @@ TEST(requant, encodes_quantizable_tensors_and_copies_the_rest) {
   EXPECT_EQ(out.metadata().get_uint("general.quantization_version"), 2u);
 }
 
+// An input whose alignment lets tensor data start off a 32-byte boundary would make an output
+// llama.cpp aborts on; requant raises it to 32 and says so.
+TEST(requant, small_alignment_is_raised_to_32) {
+  TempDir dir;
+  MoeSpec s;
+  s.n_layers = 2;
+  s.n_experts = 2;
+  s.vocab = 100;  // 100 x 64 f16 embeddings: the next tensor starts off 32 bytes at alignment 8
+  s.alignment = 8;
+  const std::string in_path =
+      write_plan(synth_moe_plan(uniform_types(s, GgmlType::F16)), dir.file("a8.gguf"), {})
+          .paths.front();
+  const Model in = Model::open(in_path);
+  ASSERT_EQ(in.first().alignment(), 8u);
+  RequantOptions o;
+  o.type = GgmlType::Q8_0;
+  const auto r = requant(in, o);
+  EXPECT_NE(std::find(r.notes.begin(), r.notes.end(),
+                      "general.alignment 8 raised to 32 in the output: with less, tensor data may "
+                      "start off a 32-byte boundary, and llama.cpp aborts on that when it "
+                      "memory-maps the file"),
+            r.notes.end());
+  const Model out = Model::open(write_plan(r.plan, dir.file("out.gguf"), {}).paths.front());
+  EXPECT_EQ(out.first().alignment(), 32u);
+  EXPECT_EQ(out.metadata().get_uint("general.alignment"), 32u);
+  for (const TensorRef& t : out.tensors()) EXPECT_EQ(t.data_start() % 32, 0u) << t.name();
+}
+
 TEST(requant, router_norms_and_1d_tensors_are_never_encoded) {
   TempDir dir;
   const Model in = Model::open(write_f16_model(dir));

@@ -211,6 +211,23 @@ TEST(splice, file_type_is_removed_when_no_ftype_fits) {
             "general.file_type removed: the type holding most weights has no llama_ftype");
 }
 
+TEST(splice, small_alignment_of_the_base_is_raised_to_32) {
+  Scratch dir;
+  const Model base0 = Model::open(fx().base);
+  Plan p = copy_plan(base0);
+  p.metadata.set("general.alignment", Value::u32(16));
+  const std::string path = dir.file("a16.gguf");
+  write_plan(p, path, {});
+  const Model base = Model::open(path), donor = Model::open(fx().donor);
+  const SpliceResult r = splice_one(base, donor, selector({"5-6"}));
+  EXPECT_EQ(r.warnings.front(),
+            "general.alignment 16 raised to 32 in the output: with less, tensor data may start off "
+            "a 32-byte boundary, and llama.cpp aborts on that when it memory-maps the file");
+  const Model out = Model::open(write_plan(r.plan, dir.file("out.gguf"), {}).paths.front());
+  EXPECT_EQ(out.metadata().get_uint("general.alignment"), 32u);
+  expect_spliced(out, base, donor, 5, 6);
+}
+
 TEST(splice, ggml_reader_accepts_the_output) {
   GGUF_REQUIRE_GGML();
   const auto& g = testing::GgmlRef::get();

@@ -244,10 +244,9 @@ class Checker {
       if (f.data_start(t) % kGgmlTensorAlignment == 0) continue;
       return add(f, obj, kv->offset,
                  fmt::format("general.alignment {} lets tensor data start off a 32-byte boundary "
-                             "('{}' at byte {}); ggml's CPU backend asserts 32-byte alignment "
-                             "when llama.cpp memory-maps the file",
-                             a, escape_for_terminal(t.name), f.data_start(t)),
-                 "warning");
+                             "('{}' at byte {}); llama.cpp aborts when it memory-maps the file "
+                             "(ggml's CPU backend asserts 32-byte alignment)",
+                             a, escape_for_terminal(t.name), f.data_start(t)));
     }
   }
 

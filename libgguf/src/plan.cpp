@@ -4,12 +4,26 @@
 
 #include <fmt/format.h>
 
+#include <bit>
 #include <cstdint>
 
 #include "gguf/file.h"
 #include "gguf/types.h"
 
 namespace gguf {
+
+std::optional<std::string> raise_small_alignment(Metadata& metadata) {
+  constexpr uint32_t kGgmlTensorAlignment = 32;
+  const Value* v = metadata.find("general.alignment");
+  if (!v || v->type() != ValueType::kU32) return std::nullopt;
+  const uint64_t a = *v->as_uint();
+  if (a == 0 || !std::has_single_bit(a) || a >= kGgmlTensorAlignment) return std::nullopt;
+  metadata.set("general.alignment", Value::u32(kGgmlTensorAlignment));
+  return fmt::format(
+      "general.alignment {} raised to 32 in the output: with less, tensor data may start off a "
+      "32-byte boundary, and llama.cpp aborts on that when it memory-maps the file",
+      a);
+}
 
 uint64_t expected_bytes(const PlanTensor& t) {
   auto fail = [&](std::string msg) -> Error {

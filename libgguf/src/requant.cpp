@@ -99,6 +99,7 @@ RequantResult requant(const Model& model, const RequantOptions& o) {
   r.plan.metadata = Metadata();
   for (const auto& kv : model.metadata().entries())
     if (!kv.key.starts_with("split.")) r.plan.metadata.append(kv);
+  if (auto note = raise_small_alignment(r.plan.metadata)) r.notes.push_back(std::move(*note));
   bool energy_note = false, lossy_note = false;
   size_t n_selected = 0, n_quantizable = 0, n_encoded = 0;
   for (size_t i = 0; i < model.tensors().size(); ++i) {

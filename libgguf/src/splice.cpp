@@ -367,6 +367,7 @@ SpliceResult splice(const Model& base, std::span<const Donor> donors, const Spli
   r.plan.metadata = base.metadata();
   for (const char* k : {detail::kSplitNo, detail::kSplitCount, detail::kSplitTensors})
     r.plan.metadata.erase(k);
+  if (auto note = raise_small_alignment(r.plan.metadata)) r.warnings.push_back(std::move(*note));
   r.bytes_before = base.total_bytes();
   for (size_t i = 0; i < base.tensors().size(); ++i) {
     const TensorRef& bt = base.tensors()[i];

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <variant>
@@ -51,5 +52,12 @@ struct Plan {
 
 // The payload size the type and shape imply; throws gguf::Error naming the tensor otherwise.
 uint64_t expected_bytes(const PlanTensor& t);
+
+// A general.alignment under 32 lets tensor data start off a 32-byte boundary, and llama.cpp
+// aborts on that when it memory-maps the file (ggml's CPU backend asserts it). Tools that
+// write a new file from an input's metadata raise it to 32 and say so: returns what to say, or
+// nothing when the metadata needs no change (no key, 32 or more, or a value the writer refuses
+// anyway).
+std::optional<std::string> raise_small_alignment(Metadata& metadata);
 
 }  // namespace gguf
