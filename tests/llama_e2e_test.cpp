@@ -69,6 +69,24 @@ TEST(LlamaE2E, SyntheticModelRunsInLlamaCpp) {
   EXPECT_EQ(run_model(dir.file("f32.gguf")).logits, r.logits);
 }
 
+// The example generator's Mixtral-style model (what a user makes to try the tools on a file
+// llama.cpp runs), requantized by the tool, loads and computes.
+TEST(LlamaE2E, ExampleGeneratorsLlamaModelRuns) {
+  GGUF_REQUIRE_LLAMA();
+  TempDir dir;
+  const auto gen =
+      run_cli("../examples/make_tiny_moe",
+              {"--arch", "llama", "--recipe", "f16", "--layers", "3", "-o", dir.file("f16.gguf")});
+  ASSERT_EQ(gen.code, 0) << gen.err;
+  const auto cli =
+      run_cli("gguf-requant", {dir.file("f16.gguf"), "-o", dir.file("q4k.gguf"), "--type", "q4_K"});
+  ASSERT_EQ(cli.code, 0) << cli.err;
+  for (const char* f : {"f16.gguf", "q4k.gguf"}) {
+    SCOPED_TRACE(f);
+    expect_finite_and_varied(run_model(dir.file(f)).logits, LlamaMoeSpec().vocab);
+  }
+}
+
 // gguf-requant's output of every encoder family (the i-quants that need no importance matrix
 // included: with a matrix the direct build below would weigh differently) loads, computes exactly
 // what a model built directly at that type from the same weights computes (the same bytes, so the
