@@ -71,6 +71,28 @@ TEST(cli_contract, json_error_is_the_stderr_message) {
   EXPECT_NE(r.err.find("x\\\\y'\\x1b.gguf"), std::string::npos) << r.err;
 }
 
+// gguf-inspect's own messages (a damaged file's error in its report, --check's problems) are
+// the same text on stderr and in the JSON, with the path escaped for a terminal.
+TEST(cli_contract, inspect_messages_escape_the_path_the_same_everywhere) {
+  TempDir dir;
+  const std::string odd = Fixture().write(dir, "d\\x\x1b.gguf");
+  std::filesystem::resize_file(odd, 200);
+  CliResult r = run_cli("gguf-inspect", {"--json", odd});
+  EXPECT_EQ(r.code, 1);
+  const auto doc = nlohmann::json::parse(r.out);
+  EXPECT_EQ("gguf-inspect: error: " + doc["error"].get<std::string>() + "\n", r.err);
+  EXPECT_NE(r.err.find("d\\\\x\\x1b.gguf"), std::string::npos) << r.err;
+
+  Fixture long_name;
+  long_name.tensor("output_norm.weight").name = std::string(70, 'n');
+  const std::string bad = long_name.write(dir, "e\x1b[31m.gguf");
+  r = run_cli("gguf-inspect", {"--check", bad});
+  EXPECT_EQ(r.code, 1);
+  EXPECT_EQ(r.err.find('\x1b'), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("e\\x1b[31m.gguf: tensor 'nnn"), std::string::npos) << r.err;
+  EXPECT_NE(r.out.find("check: 1 error(s), 0 warning(s)"), std::string::npos) << r.out;
+}
+
 // --json is read from the parsed command line: abbreviated it counts, as the value of another
 // option it does not.
 TEST(cli_contract, json_is_what_the_command_line_parsed) {

@@ -401,6 +401,43 @@ TEST(diff_cli, manifest_metadata_round_trips_exactly) {
   EXPECT_EQ(changed, (std::vector<std::string>{"x", "z", "n", "fs"}));
 }
 
+// Tensor names holding a backslash or an invalid byte read the same whichever way side A
+// comes: from its manifest or from the file (they were escaped twice from a manifest).
+TEST(diff_cli, manifest_tensor_names_read_like_the_direct_diff) {
+  TempDir dir;
+  const auto build = [&](int seed, const std::string& file) {
+    Fixture f;
+    f.tensor("blk.0.attn_q.weight").name = "blk.0.attn_q\\x41.weight";
+    f.tensor("token_embd.weight").name = "token_embd\xff.weight";
+    f.tensor("token_embd\xff.weight").payload = f32_bytes(eighths(32, seed));
+    f.tensor("blk.0.attn_q\\x41.weight").payload = f32_bytes(eighths(64, seed + 1));
+    f.builder().write_file(dir.file(file));
+    return dir.file(file);
+  };
+  const std::string a = build(1, "a.gguf"), b = build(5, "b.gguf");
+  const CliResult m = run_cli("gguf-inspect", {"--hashes", "--json", a});
+  ASSERT_EQ(m.code, 0) << m.err;
+  std::ofstream(dir.file("a.json")) << m.out;
+  const auto names = [](const std::string& out) {
+    std::vector<std::string> n;
+    const auto doc = nlohmann::json::parse(out);
+    for (const auto& t : doc["tensors"])
+      if (t["change"] != "same") n.push_back(t["name"]);
+    return n;
+  };
+  const CliResult via = run_cli("gguf-diff", {"--json", "--manifest", dir.file("a.json"), b});
+  const CliResult direct = run_cli("gguf-diff", {"--json", a, b});
+  ASSERT_EQ(via.code, 1) << via.err;
+  ASSERT_EQ(direct.code, 1) << direct.err;
+  EXPECT_EQ(names(via.out),
+            (std::vector<std::string>{"token_embd\\xff.weight", "blk.0.attn_q\\\\x41.weight"}));
+  EXPECT_EQ(names(via.out), names(direct.out));
+  const CliResult text = run_cli("gguf-diff", {"--manifest", dir.file("a.json"), b});
+  EXPECT_NE(text.out.find("token_embd\\xff.weight"), std::string::npos) << text.out;
+  EXPECT_EQ(text.out.find("\\\\\\\\"), std::string::npos) << text.out;
+  EXPECT_EQ(run_cli("gguf-diff", {"--manifest", dir.file("a.json"), a}).code, 0);
+}
+
 std::string dir_file(const Pair& p, const std::string& name) { return p.dir.file(name); }
 
 // A manifest written with selectors records them; the diff then compares only what the

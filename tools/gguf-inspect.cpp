@@ -60,12 +60,12 @@ int main(int argc, char** argv) {
     fmt::print("{}", json ? gguf::render_json(report) : gguf::render_text(report, ro));
     if (check) {
       for (const auto& p : report.problems)
-        fmt::print(stderr, "gguf-inspect: {}: {}{}{}{}\n", p.severity,
-                   p.path.empty() ? "" : p.path + ": ", p.object.empty() ? "" : p.object + ": ",
-                   p.offset ? fmt::format("at byte {}: ", *p.offset) : "", p.message);
-      const bool errors = std::any_of(report.problems.begin(), report.problems.end(),
-                                      [](const auto& p) { return p.severity == "error"; });
-      if (!json) fmt::print("\ncheck: {} problem(s)\n", report.problems.size());
+        fmt::print(stderr, "gguf-inspect: {}: {}\n", p.severity, gguf::format_problem(p));
+      const auto errors = std::count_if(report.problems.begin(), report.problems.end(),
+                                        [](const auto& p) { return p.severity == "error"; });
+      if (!json)
+        fmt::print("\ncheck: {} error(s), {} warning(s)\n", errors,
+                   static_cast<std::ptrdiff_t>(report.problems.size()) - errors);
       return errors ? 1 : 0;
     }
     return 0;

@@ -81,7 +81,8 @@ std::string render_import_json(const ImportResult& r, const WriteResult* written
   doc["exact"] =
       proof ? json{{"tensors", proof->tensors}, {"values", proof->values}, {"bytes", proof->bytes}}
             : json(nullptr);
-  doc["notes"] = r.notes;
+  doc["notes"] = json::array();
+  for (const auto& n : r.notes) doc["notes"].push_back(message_for_json(n));
   return dump_json(doc, 2) + "\n";
 }
 

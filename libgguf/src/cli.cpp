@@ -117,9 +117,7 @@ struct Failure {
     if (usage) fmt::print(stderr, "Try '{} --help' for more information.\n", tool);
     if (g_json_option.value_or(json_in_argv(argc, argv)) && !g_json_printed) {
       // The message as on stderr (already escaped for a terminal), kept valid UTF-8.
-      const std::string m(message);
-      const nlohmann::json doc = {{"error", is_valid_utf8(m) ? m : utf8_or_escaped(m)},
-                                  {"exit_code", code}};
+      const nlohmann::json doc = {{"error", message_for_json(message)}, {"exit_code", code}};
       const std::string text = dump_json(doc, 2) + "\n";
       // A stdout that cannot take it changes nothing: the error is on stderr already.
       if (std::fwrite(text.data(), 1, text.size(), stdout) == text.size()) std::fflush(stdout);

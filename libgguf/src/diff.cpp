@@ -48,7 +48,7 @@ namespace {
 
 // One side of the comparison: a model, or a manifest standing in for one.
 struct SideTensor {
-  std::string key;  // the name compared: escaped when either side is a manifest
+  std::string key;  // the name compared
   const std::string* name = nullptr;
   uint32_t type_id = 0;
   const std::vector<int64_t>* shape = nullptr;
@@ -67,16 +67,16 @@ struct Side {
   std::unordered_map<std::string, size_t> index;  // by key
 };
 
-Side model_side(const Model& m, bool escaped) {
+Side model_side(const Model& m) {
   Side s;
   s.origin = m.path();
   s.files = m.paths();
   s.arch = m.architecture();
   s.metadata = &m.metadata();
   for (const TensorRef& t : m.tensors()) {
-    s.index.emplace(escaped ? utf8_or_escaped(t.name()) : t.name(), s.tensors.size());
-    s.tensors.push_back({escaped ? utf8_or_escaped(t.name()) : t.name(), &t.name(), t.info->type_id,
-                         &t.info->shape, t.info->bytes, &t, std::nullopt});
+    s.index.emplace(t.name(), s.tensors.size());
+    s.tensors.push_back(
+        {t.name(), &t.name(), t.info->type_id, &t.info->shape, t.info->bytes, &t, std::nullopt});
   }
   return s;
 }
@@ -497,7 +497,7 @@ DiffReport diff_sides(const Side& a, const Side& b, bool json_forms, const DiffO
 }  // namespace
 
 DiffReport diff_models(const Model& a, const Model& b, const DiffOptions& options) {
-  return diff_sides(model_side(a, false), model_side(b, false), false, options);
+  return diff_sides(model_side(a), model_side(b), false, options);
 }
 
 DiffReport diff_manifest(const Manifest& a, const Model& b, const DiffOptions& options) {
@@ -505,7 +505,7 @@ DiffReport diff_manifest(const Manifest& a, const Model& b, const DiffOptions& o
     usage_error(
         "--values and --reference need the tensor data of both sides; a manifest holds "
         "only hashes");
-  DiffReport r = diff_sides(manifest_side(a), model_side(b, true), true, options, &a.selection);
+  DiffReport r = diff_sides(manifest_side(a), model_side(b), true, options, &a.selection);
   r.manifest = a.path;
   r.manifest_selection = a.selection;
   return r;

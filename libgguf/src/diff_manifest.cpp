@@ -145,7 +145,7 @@ std::optional<uint64_t> hex_hash(const json& h) {
 
 ManifestTensor manifest_tensor(const json& t, size_t index, const std::string& path) {
   const std::string object = t.is_object() && t.contains("name") && t["name"].is_string()
-                                 ? tensor_object(t["name"].get<std::string>())
+                                 ? tensor_object(from_utf8_or_escaped(t["name"].get<std::string>()))
                                  : fmt::format("tensor #{}", index);
   const auto fail = [&](const std::string& msg) -> Error {
     return Error(path, object, std::nullopt, msg);
@@ -153,7 +153,7 @@ ManifestTensor manifest_tensor(const json& t, size_t index, const std::string& p
   if (!t.is_object() || !t.contains("name") || !t["name"].is_string())
     throw fail("tensor entry has no \"name\"");
   ManifestTensor m;
-  m.name = t["name"].get<std::string>();
+  m.name = from_utf8_or_escaped(t["name"].get<std::string>());  // the bytes the file holds
   // type_id wins (it names types this build does not know); a "type" beside it must agree.
   std::optional<uint32_t> by_name;
   if (t.contains("type")) {

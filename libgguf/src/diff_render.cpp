@@ -339,7 +339,7 @@ std::string render_diff_json(const DiffReport& r, const DiffRenderOptions& o) {
                         {"a", metrics_json(*t.ref_a, "ref", "a")},
                         {"b", metrics_json(*t.ref_b, "ref", "b")},
                         {"closer", std::string(closer_name(*t.closer))}};
-    if (!t.note.empty()) j["note"] = t.note;
+    if (!t.note.empty()) j["note"] = message_for_json(t.note);
     doc["tensors"].push_back(std::move(j));
   }
   const DiffCounts& c = r.counts;

@@ -102,6 +102,10 @@ std::string escape_for_terminal(std::string_view s) {
   return out;
 }
 
+std::string message_for_json(std::string_view message) {
+  return is_valid_utf8(message) ? std::string(message) : utf8_or_escaped(message);
+}
+
 std::string utf8_or_escaped(std::string_view s) {
   std::string out;
   out.reserve(s.size());

@@ -160,14 +160,14 @@ std::string render_json(const InspectReport& r) {
     json p = json::array();
     for (const auto& x : r.problems)
       p.push_back({{"file", utf8_or_escaped(x.path)},
-                   {"object", utf8_or_escaped(x.object)},
+                   {"object", message_for_json(x.object)},
                    {"offset", x.offset ? json(*x.offset) : json(nullptr)},
                    {"severity", x.severity},
-                   {"message", utf8_or_escaped(x.message)}});
+                   {"message", message_for_json(x.message)}});
     doc["problems"] = std::move(p);
   }
   if (r.damage) {
-    doc["error"] = utf8_or_escaped(r.damage->what());
+    doc["error"] = message_for_json(r.damage->what());
     doc["exit_code"] = 1;  // as gguf-inspect exits, like the error document of other failures
   }
   if (!r.selection.empty()) doc["selection"] = selection_json(r.selection);

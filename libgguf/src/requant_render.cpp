@@ -82,7 +82,8 @@ std::string render_requant_json(const RequantResult& r, const WriteResult* writt
                               {"values", exact->values},
                               {"zeros_sign_changed", exact->zeros_sign_changed}}
                        : json(nullptr);
-  doc["notes"] = r.notes;
+  doc["notes"] = json::array();
+  for (const auto& n : r.notes) doc["notes"].push_back(message_for_json(n));
   return dump_json(doc, 2) + "\n";
 }
 

@@ -85,7 +85,7 @@ std::string render_splice_json(const SpliceResult& r, const WriteResult* written
     donors.push_back({{"path", utf8_or_escaped(r.donor_paths[d])},
                       {"selector", utf8_or_escaped(r.selectors[d])}});
   json warnings = json::array();
-  for (const auto& w : r.warnings) warnings.push_back(utf8_or_escaped(w));
+  for (const auto& w : r.warnings) warnings.push_back(message_for_json(w));
   json outputs = json::array();
   if (written)
     for (const auto& p : written->paths) outputs.push_back(utf8_or_escaped(p));

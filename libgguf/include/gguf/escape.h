@@ -17,6 +17,11 @@ std::string escape_for_terminal(std::string_view s);
 // 0xff is "\xff", the four characters \xff are "\\xff").
 std::string utf8_or_escaped(std::string_view s);
 
+// A message for a JSON document: messages already name untrusted bytes escaped for a terminal,
+// so they pass as they are (the same text as on stderr); only invalid UTF-8, which a message
+// built without escaping might hold, goes through utf8_or_escaped.
+std::string message_for_json(std::string_view message);
+
 // The inverse of utf8_or_escaped: "\\" becomes one backslash and "\xNN" the byte NN; any other
 // backslash (text not written by utf8_or_escaped) is kept as it is.
 std::string from_utf8_or_escaped(std::string_view s);
