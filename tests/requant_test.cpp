@@ -358,6 +358,40 @@ TEST(requant, legacy_imatrix_weights_each_expert_with_its_slice) {
   EXPECT_EQ(out.metadata().get_string("quantize.imatrix.dataset"), "calibration.txt");
 }
 
+// quantize.imatrix.* name the matrix an encoder used: a later step that uses none (q8_0 takes
+// no weights, or no entry matches) leaves the earlier step's record and says so.
+TEST(requant, imatrix_keys_record_only_a_matrix_that_was_used) {
+  TempDir dir;
+  const Model in = Model::open(write_f16_model(dir));
+  const std::string name = "blk.1.ffn_up_exps.weight";
+  const TensorRef* t = in.find(name);
+  ASSERT_NE(t, nullptr);
+  write_legacy_imatrix(dir.file("im.dat"), {{name, ramp(t->info->shape[0], 0.5f)}}, 4);
+  const Imatrix im = Imatrix::load(dir.file("im.dat"));
+  const auto r1 = requant(in, {GgmlType::Q4_K, parse_selector({}, {}, {name}), &im, 1});
+  const Model step1 = Model::open(write_plan(r1.plan, dir.file("s1.gguf"), {}).paths.front());
+  EXPECT_EQ(step1.metadata().get_string("quantize.imatrix.file"), dir.file("im.dat"));
+
+  write_legacy_imatrix(dir.file("other.dat"), {{name, ramp(t->info->shape[0], 1.5f)}}, 4);
+  const Imatrix other = Imatrix::load(dir.file("other.dat"));
+  const std::string attn = "blk.0.attn_q_a.weight";
+  ASSERT_NE(step1.find(attn), nullptr);
+  const auto notes_of = [](const RequantResult& r) { return r.notes; };
+  // q8_0 takes no weights.
+  const auto r2 = requant(step1, {GgmlType::Q8_0, parse_selector({}, {}, {attn}), &other, 1});
+  EXPECT_EQ(r2.plan.metadata.get_string("quantize.imatrix.file"), dir.file("im.dat"));
+  EXPECT_EQ(notes_of(r2), std::vector<std::string>{
+                              "the importance matrix was not used (q8_0 takes no importance "
+                              "weights): the quantize.imatrix.* keys are left as they were"});
+  // q4_K would take them, but the matrix has no entry for the tensor re-encoded.
+  const auto r3 = requant(step1, {GgmlType::Q4_K, parse_selector({}, {}, {attn}), &other, 1});
+  EXPECT_EQ(r3.plan.metadata.get_string("quantize.imatrix.file"), dir.file("im.dat"));
+  EXPECT_EQ(notes_of(r3), std::vector<std::string>{
+                              "the importance matrix was not used (it has no entry for any "
+                              "re-encoded tensor): the quantize.imatrix.* keys are left as they "
+                              "were"});
+}
+
 // The ds4 recipe's gate/up codec: iq2_xxs with each expert's slice of the matrix, and without
 // a matrix the documented fallback (each expert matrix's column energy), said once.
 TEST(requant, iq2_xxs_uses_expert_slices_or_the_column_energy) {

@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstring>
 #include <map>
 #include <memory>
@@ -239,7 +240,18 @@ RequantResult requant(const Model& model, const RequantOptions& o) {
     r.notes.push_back("some tensors were already quantized: re-encoding them adds error");
   // Truthful metadata: the file type of what holds most weights, and the quantization keys.
   set_file_type_keys(r.plan);
-  if (o.imatrix) {
+  // The quantize.imatrix.* keys say which matrix the file's tensors were encoded with: set only
+  // when an encoder of this run used it. Otherwise the input's keys (an earlier step's) stay.
+  const bool imatrix_used = std::any_of(r.rows.begin(), r.rows.end(), [](const RequantRow& row) {
+    return row.importance == ImportanceSource::kImatrix;
+  });
+  if (o.imatrix && !imatrix_used)
+    r.notes.push_back(fmt::format(
+        "the importance matrix was not used ({}): the quantize.imatrix.* keys are left as they "
+        "were",
+        uses_importance(o.type) ? "it has no entry for any re-encoded tensor"
+                                : fmt::format("{} takes no importance weights", target.name)));
+  if (imatrix_used) {
     r.plan.metadata.set("quantize.imatrix.file", Value::string(o.imatrix->path()));
     if (!o.imatrix->datasets().empty())
       r.plan.metadata.set("quantize.imatrix.dataset", Value::string(o.imatrix->datasets().front()));
