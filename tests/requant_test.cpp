@@ -112,6 +112,36 @@ TEST(requant, small_alignment_is_raised_to_32) {
   for (const TensorRef& t : out.tensors()) EXPECT_EQ(t.data_start() % 32, 0u) << t.name();
 }
 
+// Values an i-quant encoder cannot place (squares that overflow float) in one row of a big
+// tensor: the error names that row and its byte, not the block of rows a task held.
+TEST(requant, an_encoder_refusal_names_the_row_and_its_byte) {
+  TempDir dir;
+  const int64_t ne0 = 256, rows = 64;
+  std::vector<float> x(static_cast<size_t>(ne0 * rows));
+  for (size_t i = 0; i < x.size(); ++i) x[i] = 0.01f * std::sin(static_cast<float>(i));
+  for (int64_t i = 0; i < 8; ++i) x[40 * ne0 + i] = 3e38f;
+  auto bytes = std::make_shared<std::vector<uint8_t>>(x.size() * 4);
+  std::memcpy(bytes->data(), x.data(), bytes->size());
+  Plan p;
+  p.metadata.set("general.architecture", Value::string("llama"));
+  p.tensors.push_back({"blk.0.attn_q.weight", 0, {ne0, rows}, bytes->size(), MemoryBytes{bytes}});
+  const Model in = Model::open(write_plan(p, dir.file("in.gguf"), {}).paths.front());
+  RequantOptions o;
+  o.type = GgmlType::IQ3_S;
+  const auto r = requant(in, o);
+  const uint64_t at = in.tensors().front().data_start() + 40 * ne0 * 4;
+  try {
+    write_plan(r.plan, dir.file("out.gguf"), {});
+    FAIL() << "encoded";
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()),
+              fmt::format("{}: tensor 'blk.0.attn_q.weight': at byte {}: row 40: i-quant lattice "
+                          "search found no neighbour (non-finite input?)",
+                          dir.file("in.gguf"), at));
+  }
+  EXPECT_FALSE(std::filesystem::exists(dir.file("out.gguf")));
+}
+
 TEST(requant, router_norms_and_1d_tensors_are_never_encoded) {
   TempDir dir;
   const Model in = Model::open(write_f16_model(dir));

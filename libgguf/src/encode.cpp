@@ -44,11 +44,27 @@ void encode_rows(const RowEncoder& e, uint64_t row_bytes, int64_t first, int64_t
           e.type, floats, n, e.n_per_row, imp,
           {out + static_cast<uint64_t>(r - first) * row_bytes, static_cast<size_t>(n) * row_bytes});
     } catch (const Error& err) {
+      // Encoders work row by row, so the first row that fails on its own is the culprit: name
+      // it (and its byte), not the whole block of rows this task held.
+      int64_t bad = -1;
+      std::string message = err.message();
+      std::vector<uint8_t> scratch(row_bytes);
+      for (int64_t k = 0; k < n && bad < 0; ++k) {
+        try {
+          quantize(e.type, std::span<const float>(floats).subspan(k * e.n_per_row, e.n_per_row), 1,
+                   e.n_per_row, imp, scratch);
+        } catch (const Error& row_err) {
+          bad = r + k;
+          message = row_err.message();
+        }
+      }
+      const int64_t row = bad >= 0 ? bad : r;
       std::optional<uint64_t> at;
       if (!e.source_path.empty())
-        at = e.source_offset + static_cast<uint64_t>(r) * e.source_row_bytes;
+        at = e.source_offset + static_cast<uint64_t>(row) * e.source_row_bytes;
       throw Error(e.source_path, tensor_object(e.tensor_name), at,
-                  fmt::format("rows {}-{}: {}", r, r + n - 1, err.message()));
+                  bad >= 0 ? fmt::format("row {}: {}", bad, message)
+                           : fmt::format("rows {}-{}: {}", r, r + n - 1, message));
     }
     if (e.exact) {
       // Every value must read back as the same number (+0.0 and -0.0 alike, NaN and NaN alike).
