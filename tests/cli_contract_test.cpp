@@ -50,7 +50,11 @@ TEST(cli_contract, json_failures_print_one_error_document) {
   expect_json_error(run_cli("gguf-requant", {a, "--json", "-o", dir.file("o.gguf")}), 2,
                     "--type is required (the type to re-encode to)", dir.path());
   expect_json_error(run_cli("gguf-requant", {a, "--json", "--type", "q9_9", "-o", "x"}), 2,
-                    "--type: unknown type 'q9_9'", dir.path());
+                    "--type: unknown type 'q9_9' (types it can write: f32, f16, q4_0, q4_1, "
+                    "q5_0, q5_1, q8_0, q8_1, q2_K, q3_K, q4_K, q5_K, q6_K, q8_K, iq2_xxs, iq2_xs, "
+                    "iq3_xxs, iq1_s, iq4_nl, iq3_s, iq2_s, iq4_xs, iq1_m, bf16, tq1_0, tq2_0, "
+                    "mxfp4, nvfp4, q1_0, q2_0)",
+                    dir.path());
   expect_json_error(run_cli("gguf-diff", {"--json", "--frobnicate", a, a}), 2,
                     "unrecognised option '--frobnicate'", dir.path());
   expect_json_error(run_cli("gguf-diff", {"-q", "--json", a, a}), 2,

@@ -593,8 +593,17 @@ TEST(requant, cli_reports_json_and_usage_errors) {
   EXPECT_NE(res.err.find("--force"), std::string::npos) << res.err;
   res = run_cli("gguf-requant", {in, "-o", dir.file("x.gguf"), "--type", "q9_9"});
   EXPECT_EQ(res.code, 2);
+  EXPECT_TRUE(
+      res.err.starts_with("gguf-requant: error: --type: unknown type 'q9_9' (types it "
+                          "can write: f32, f16, q4_0,"))
+      << res.err;
+  // llama-quantize's presets are mixes: the message says which type and how to mix.
+  res = run_cli("gguf-requant", {in, "-o", dir.file("x.gguf"), "--type", "Q4_K_M"});
+  EXPECT_EQ(res.code, 2);
   EXPECT_EQ(res.err,
-            "gguf-requant: error: --type: unknown type 'q9_9'\n"
+            "gguf-requant: error: --type: 'Q4_K_M' is a llama-quantize preset (a mix of types), "
+            "not a ggml type: use --type q4_K and choose which tensors get it with --role, "
+            "--layers and --match, one run per type\n"
             "Try 'gguf-requant --help' for more information.\n");
   res = run_cli("gguf-requant", {in, "-o", in, "--type", "q8_0", "--force"});
   EXPECT_EQ(res.code, 2);
@@ -603,6 +612,11 @@ TEST(requant, cli_reports_json_and_usage_errors) {
   res = run_cli("gguf-requant", {in, "-o", in, "--type", "q8_0", "--dry-run"});
   EXPECT_EQ(res.code, 2);
   EXPECT_NE(res.err.find("output is the same file as input"), std::string::npos) << res.err;
+  // A dry run that passes says it wrote nothing.
+  res = run_cli("gguf-requant", {in, "-o", dir.file("d.gguf"), "--type", "q8_0", "--dry-run"});
+  EXPECT_EQ(res.code, 0) << res.err;
+  EXPECT_TRUE(res.out.ends_with("\ndry run: nothing written\n")) << res.out;
+  EXPECT_FALSE(std::filesystem::exists(dir.file("d.gguf")));
   // Counts are digits only and in range (-1 used to become four billion threads).
   const std::vector<std::pair<std::vector<std::string>, std::string>> bad = {
       {{"--threads", "-1"}, "the argument ('-1') for option '--threads' is invalid"},

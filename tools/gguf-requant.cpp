@@ -8,6 +8,7 @@
 
 #include "gguf/affine.h"
 #include "gguf/cli.h"
+#include "gguf/codecs.h"
 #include "gguf/error.h"
 #include "gguf/exact.h"
 #include "gguf/requant.h"
@@ -69,7 +70,7 @@ int main(int argc, char** argv) {
     threads = gguf::cli::thread_count(threads);
     std::optional<gguf::GgmlType> t;
     if (!type.empty() && !(t = gguf::parse_type(type)))
-      gguf::usage_error(fmt::format("--type: unknown type '{}'", type));
+      gguf::usage_error(gguf::unknown_type_message("--type", type));
     if (out.empty() && !dry_run) gguf::usage_error("an output path is required (-o OUT.gguf)");
     gguf::WriteOptions wo;
     wo.force = force;

@@ -2,9 +2,15 @@
 #include "gguf/codecs.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <cctype>
+#include <utility>
+#include <vector>
 
 #include "codec_registry.h"
 #include "gguf/error.h"
+#include "gguf/escape.h"
 
 namespace gguf {
 namespace {
@@ -23,6 +29,28 @@ const detail::CodecTable& table() {
 }
 
 }  // namespace
+
+std::string unknown_type_message(std::string_view option, std::string_view name) {
+  // llama-quantize's presets that are not type names, and the type each is built around.
+  static constexpr std::pair<std::string_view, std::string_view> kPresets[] = {
+      {"q2_k_s", "q2_K"}, {"q3_k_s", "q3_K"},  {"q3_k_m", "q3_K"}, {"q3_k_l", "q3_K"},
+      {"q4_k_s", "q4_K"}, {"q4_k_m", "q4_K"},  {"q5_k_s", "q5_K"}, {"q5_k_m", "q5_K"},
+      {"iq2_m", "iq2_s"}, {"iq3_xs", "iq3_s"}, {"iq3_m", "iq3_s"}, {"mxfp4_moe", "mxfp4"}};
+  std::string lower(name);
+  for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  if (lower.starts_with("mostly_")) lower.erase(0, 7);
+  for (const auto& [preset, type] : kPresets)
+    if (lower == preset)
+      return fmt::format(
+          "{}: '{}' is a llama-quantize preset (a mix of types), not a ggml type: use {} {} and "
+          "choose which tensors get it with --role, --layers and --match, one run per type",
+          option, escape_for_terminal(name), option, type);
+  std::vector<std::string_view> names;
+  for (GgmlType t : active_types())
+    if (can_encode(t)) names.push_back(traits(t).name);
+  return fmt::format("{}: unknown type '{}' (types it can write: {})", option,
+                     escape_for_terminal(name), fmt::join(names, ", "));
+}
 
 namespace detail {
 DecodeFn decoder(GgmlType type) { return table()[static_cast<uint32_t>(type)].decode; }
