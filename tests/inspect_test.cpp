@@ -37,6 +37,20 @@ std::string write_model(const TempDir& dir, const std::string& name, const MoeSp
   return r.paths.front();
 }
 
+// Strings in the text report: a quote inside is \" (a backslash is doubled, so it is
+// unambiguous), and a long string is cut at a character boundary with its size.
+TEST(inspect, metadata_strings_are_quoted_unambiguously_and_cut_when_long) {
+  EXPECT_EQ(format_value(Value::string("a\"b\\c")), R"("a\"b\\c")");
+  EXPECT_EQ(format_value(Value::string_array({"\"", "\\\""})), R"(["\"", "\\\""])");
+  const std::string euro = "\xe2\x82\xac";  // 3 bytes
+  std::string long_text;
+  for (int i = 0; i < 100; ++i) long_text += euro;
+  EXPECT_EQ(format_value(Value::string(long_text), 8, 10),
+            "\"" + euro + euro + euro + "\"... (300 bytes in all)");
+  EXPECT_EQ(format_value(Value::string(long_text), 8, 0).size(), 302u);
+  EXPECT_EQ(format_value(Value::string("short"), 8, 10), "\"short\"");
+}
+
 TEST(inspect, counts_are_grouped_by_thousands) {
   EXPECT_EQ(with_commas(0), "0");
   EXPECT_EQ(with_commas(999), "999");

@@ -17,7 +17,7 @@ int main(int argc, char** argv) {
         "metadata,m", po::bool_switch(&meta), "list all metadata keys")(
         "tensors,t", po::bool_switch(&tensors),
         "list tensors: name, type, shape, offset, bytes, bpw, role")(
-        "full", po::bool_switch(&full), "do not abbreviate long metadata arrays")(
+        "full", po::bool_switch(&full), "do not abbreviate long metadata arrays and strings")(
         "json", po::bool_switch(&json), "print one JSON document with everything on stdout")(
         "check", po::bool_switch(&check),
         "report what llama.cpp's loader would refuse; exit 1 if any problem")(

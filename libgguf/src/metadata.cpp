@@ -199,7 +199,25 @@ std::optional<uint64_t> Metadata::get_uint(std::string_view key) const {
 
 namespace {
 
-std::string format_scalar(const Value& v) {
+// "text" escaped, with \" for a quote (backslashes are doubled already, so it is unambiguous);
+// past max_bytes (0: no limit) cut at a character boundary and marked.
+std::string quoted(std::string_view s, size_t max_bytes) {
+  size_t cut = s.size();
+  if (max_bytes != 0 && s.size() > max_bytes) {
+    cut = max_bytes;
+    while (cut > 0 && (static_cast<unsigned char>(s[cut]) & 0xC0) == 0x80) --cut;
+  }
+  std::string out = "\"";
+  for (char c : escape_for_terminal(s.substr(0, cut))) {
+    if (c == '"') out += '\\';
+    out += c;
+  }
+  out += '"';
+  if (cut < s.size()) out += fmt::format("... ({} bytes in all)", s.size());
+  return out;
+}
+
+std::string format_scalar(const Value& v, size_t max_string_bytes) {
   switch (v.type()) {
     case ValueType::kBool:
       return *v.as_bool() ? "true" : "false";
@@ -207,7 +225,7 @@ std::string format_scalar(const Value& v) {
     case ValueType::kF64:
       return fmt::format("{}", *v.as_double());
     case ValueType::kString:
-      return fmt::format("\"{}\"", escape_for_terminal(*v.as_string()));
+      return quoted(*v.as_string(), max_string_bytes);
     case ValueType::kU64:
       return fmt::format("{}", v.bits());
     default:
@@ -217,17 +235,17 @@ std::string format_scalar(const Value& v) {
 
 }  // namespace
 
-std::string format_value(const Value& v, size_t max_items) {
-  if (!v.is_array()) return format_scalar(v);
+std::string format_value(const Value& v, size_t max_items, size_t max_string_bytes) {
+  if (!v.is_array()) return format_scalar(v, max_string_bytes);
   const uint64_t n = v.array_size();
   const uint64_t shown = max_items == 0 ? n : std::min<uint64_t>(n, max_items);
   std::string out = "[";
   for (uint64_t i = 0; i < shown; ++i) {
     if (i) out += ", ";
     if (v.array_type() == ValueType::kString)
-      out += fmt::format("\"{}\"", escape_for_terminal(v.strings()[i]));
+      out += quoted(v.strings()[i], max_string_bytes);
     else
-      out += format_scalar(v.element(i));
+      out += format_scalar(v.element(i), 0);
   }
   if (shown < n) out += fmt::format(", ... ({} more)", n - shown);
   out += "]";

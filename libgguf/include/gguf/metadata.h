@@ -128,8 +128,9 @@ class Metadata {
   void reindex();
 };
 
-// A human-readable rendering of a value (strings escaped and quoted; arrays abbreviated to
-// max_items elements unless max_items == 0).
-std::string format_value(const Value& v, size_t max_items = 8);
+// A human-readable rendering of a value: strings escaped for a terminal and quoted (a quote
+// inside is \"), each cut after about max_string_bytes bytes unless that is 0; arrays
+// abbreviated to max_items elements unless max_items == 0.
+std::string format_value(const Value& v, size_t max_items = 8, size_t max_string_bytes = 0);
 
 }  // namespace gguf
