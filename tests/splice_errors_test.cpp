@@ -181,6 +181,20 @@ TEST(splice_errors, architecture_differs) {
   EXPECT_EQ(r.warnings, std::vector<std::string>{fmt::format("'{}': {}", path, why)});
 }
 
+// An architecture key of the wrong type is named as such, not as missing.
+TEST(splice_errors, architecture_of_the_wrong_type) {
+  Scratch dir;
+  const std::string path = variant(dir, "d.gguf", [](Plan& p) {
+    p.metadata.set("general.architecture", Value::u32(7));
+  });
+  const Model base = Model::open(fx().base), donor = Model::open(path);
+  EXPECT_EQ(message_of([&] { splice_one(base, donor, selector({"3"})); }),
+            fmt::format("{}: key 'general.architecture': architecture (a u32, not a string) "
+                        "differs from the base's 'deepseek2' ('{}'); use --force-arch to splice "
+                        "anyway",
+                        path, fx().base));
+}
+
 TEST(splice_errors, output_equal_to_an_input_is_refused) {
   const Model base = Model::open(fx().base), donor = Model::open(fx().donor);
   const SpliceResult r = splice_one(base, donor, selector({"3"}));

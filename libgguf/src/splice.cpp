@@ -55,8 +55,14 @@ std::string file_name(const std::string& path) {
   return std::filesystem::path(path).filename().string();
 }
 
-std::string arch_text(const std::string& arch) {
-  return arch.empty() ? std::string("(none)") : fmt::format("'{}'", escape_for_terminal(arch));
+// A model's general.architecture for messages: quoted, "(none)", or what it holds instead of a
+// string.
+std::string arch_text(const Model& m) {
+  const Value* v = m.metadata().find("general.architecture");
+  if (!v) return "(none)";
+  if (v->type() != ValueType::kString)
+    return fmt::format("(a {}, not a string)", value_type_name(v->type()));
+  return fmt::format("'{}'", escape_for_terminal(*v->as_string()));
 }
 
 // xxh3-64 over the header bytes [0, header_end) of every shard, in order: identifies the
@@ -350,8 +356,8 @@ SpliceResult splice(const Model& base, std::span<const Donor> donors, const Spli
     const std::string darch = donor.architecture();
     if (darch != arch) {
       const std::string msg =
-          fmt::format("architecture {} differs from the base's {} ('{}')", arch_text(darch),
-                      arch_text(arch), escape_for_terminal(base.path()));
+          fmt::format("architecture {} differs from the base's {} ('{}')", arch_text(donor),
+                      arch_text(base), escape_for_terminal(base.path()));
       if (!o.force_arch)
         throw Error(donor.path(), key_object("general.architecture"), std::nullopt,
                     msg + "; use --force-arch to splice anyway", Error::Kind::kUsage);
