@@ -184,9 +184,8 @@ TEST(splice_errors, architecture_differs) {
 // An architecture key of the wrong type is named as such, not as missing.
 TEST(splice_errors, architecture_of_the_wrong_type) {
   Scratch dir;
-  const std::string path = variant(dir, "d.gguf", [](Plan& p) {
-    p.metadata.set("general.architecture", Value::u32(7));
-  });
+  const std::string path = variant(
+      dir, "d.gguf", [](Plan& p) { p.metadata.set("general.architecture", Value::u32(7)); });
   const Model base = Model::open(fx().base), donor = Model::open(path);
   EXPECT_EQ(message_of([&] { splice_one(base, donor, selector({"3"})); }),
             fmt::format("{}: key 'general.architecture': architecture (a u32, not a string) "

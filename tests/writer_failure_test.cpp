@@ -519,6 +519,30 @@ TEST(writer, verification_catches_a_changed_payload) {
   EXPECT_TRUE(dir.entries().empty());
 }
 
+// A payload copied from an input that reads back different: the message names that input and
+// its byte, the likeliest culprit (a file changed during the write).
+TEST(writer, verification_failure_of_a_copied_payload_names_its_source) {
+  ScratchDir dir, in_dir;  // the input elsewhere: corrupt_and_write flips the file open in dir
+  Plan in;
+  in.tensors.push_back(memory_tensor("t", GgmlType::F32, {8}, 1));
+  in.tensors.push_back(memory_tensor("u", GgmlType::F32, {1024}, 2));
+  const std::string in_path = in_dir.file("in.gguf");
+  write_plan(in, in_path, {});
+  const auto src = open_file_source(in_path);
+  const auto f = GgufFile::open(in_path);
+  Plan plan;
+  for (const TensorInfo& t : f->tensors())
+    plan.tensors.push_back(
+        {t.name, t.type_id, t.shape, *t.bytes, FileRange{src, f->data_start(t)}});
+  const std::string out = dir.file("out.gguf");
+  const uint64_t data = serialize_header({}, 3, plan.tensors).size();
+  const uint8_t flipped = testing::payload_of(in.tensors[1])[100] ^ 1;
+  const std::string msg = corrupt_and_write(plan, out, data + 32 + 100, flipped, dir);
+  EXPECT_THAT(msg, HasSubstr(fmt::format("; it was copied from '{}' at byte {}: did that file "
+                                         "change during the write?",
+                                         in_path, f->data_start(f->tensors()[1]))));
+}
+
 TEST(writer, verification_catches_a_changed_header) {
   ScratchDir dir;
   Plan plan;

@@ -417,9 +417,16 @@ void verify_file(const OutputFile& out, const GgufFile* f, const Shard& sh, uint
       hash.update(src.bytes(start + done, n));
       src.release(start + done, n);
     }
-    if (hash.digest() != hashes[i])
+    if (hash.digest() != hashes[i]) {
       problems[i] = fmt::format("payload reads back with xxh3 {:016x}, wrote {:016x}",
                                 hash.digest(), hashes[i]);
+      // A payload copied from an input file: the likeliest cause is that file changing under
+      // the copy (its bytes are hashed and copied in separate passes).
+      if (const auto* r = std::get_if<FileRange>(&sh.tensors[i]->source); r && r->source)
+        problems[i] += fmt::format(
+            "; it was copied from '{}' at byte {}: did that file change during the write?",
+            escape_for_terminal(r->source->name()), r->offset);
+    }
   });
   for (size_t i = 0; i < ts.size(); ++i)
     if (!problems[i].empty()) fail(tensor_object(sh.tensors[i]->name), problems[i]);
