@@ -5,6 +5,7 @@
 #include <cstring>
 #include <fstream>
 #include <limits>
+#include <map>
 #include <nlohmann/json.hpp>
 
 #include "diff_fixture.h"
@@ -382,8 +383,14 @@ TEST(diff_cli, manifest_metadata_round_trips_exactly) {
   const auto old = nlohmann::json::parse(r.out);
   std::vector<std::string> changed;
   for (const auto& e : old["metadata"]) changed.push_back(e["key"]);
-  // Without hashes only NaN vs NaN can't be told apart; both read back as null, so equal.
+  // Without hashes only NaN payloads can't be told apart; both read back as "nan", so equal.
   EXPECT_EQ(changed, std::vector<std::string>{}) << r.out;
+  // JSON has no NaN or infinity: they are the strings "nan", "inf", "-inf", not a lossy null.
+  std::map<std::string, nlohmann::json> values;
+  for (const auto& e : doc["metadata"]) values[e["key"]] = e["value"];
+  EXPECT_EQ(values["x"], "inf");
+  EXPECT_EQ(values["n"], "nan");
+  EXPECT_EQ(values["fs"], nlohmann::json::parse(R"([1.0, -0.0, "nan"])"));
 
   const std::string b = build(-inf, -0.0, 0x7fc00002u, "b.gguf");
   r = run_cli("gguf-diff", {"--manifest", manifest, "--json", b});
@@ -392,6 +399,8 @@ TEST(diff_cli, manifest_metadata_round_trips_exactly) {
   changed.clear();
   for (const auto& e : j["metadata"]) changed.push_back(e["key"]);
   EXPECT_EQ(changed, (std::vector<std::string>{"x", "z", "n", "fs"}));
+  EXPECT_EQ(j["metadata"][0]["a"], "inf");
+  EXPECT_EQ(j["metadata"][0]["b"], "-inf");
   // The direct diff agrees.
   r = run_cli("gguf-diff", {"--json", a, b});
   EXPECT_EQ(r.code, 1) << r.out << r.err;

@@ -68,11 +68,13 @@ std::optional<uint64_t> scalar_bits(const json& j, ValueType t) {
       return j.get<bool>() ? 1 : 0;
     case ValueType::kF32:
     case ValueType::kF64: {
-      // The inspect JSON writes NaN and infinities as null.
+      // The inspect JSON writes NaN and infinities as "nan", "inf", "-inf" (null before).
       double d = std::numeric_limits<double>::quiet_NaN();
       if (j.is_number())
         d = j.get<double>();
-      else if (!j.is_null())
+      else if (j.is_string() && (j == "inf" || j == "-inf"))
+        d = (j == "inf" ? 1 : -1) * std::numeric_limits<double>::infinity();
+      else if (!j.is_null() && j != "nan")
         return std::nullopt;
       uint64_t bits = 0;
       if (t == ValueType::kF32) {

@@ -22,8 +22,11 @@ nlohmann::json scalar_json(const Value& v) {
       return v.bits();
     case ValueType::kF32:
     case ValueType::kF64: {
+      // JSON has no NaN or infinity; null would lose which one it was.
       const double d = *v.as_double();
-      return std::isfinite(d) ? nlohmann::json(d) : nlohmann::json(nullptr);
+      if (std::isnan(d)) return "nan";
+      if (std::isinf(d)) return d > 0 ? "inf" : "-inf";
+      return d;
     }
     default:
       return *v.as_int();
