@@ -171,6 +171,19 @@ TEST(check, shared_data) {
                                  d + 256, kRule)}));
 }
 
+// requant and splice read such files (and give each tensor its own bytes) but say so.
+TEST(check, overlap_warning_names_the_file_and_both_tensors) {
+  GgufBuilder b;
+  b.tensor("a", 0, {32})
+      .tensor("b", 0, {32})
+      .tensor("c", 0, {32})
+      .defect({DefectKind::kSharedData, 1});
+  EXPECT_EQ(overlap_warning(model_of(b)),
+            "'mem.gguf': tensor 'b' shares its data with tensor 'a' (offset 0, 128 bytes): ggml's "
+            "reader refuses such a file; the output gives each tensor its own copy of the bytes");
+  EXPECT_EQ(overlap_warning(model_of(base())), std::nullopt);
+}
+
 TEST(check, gap_between_tensors) {
   const auto b = base().defect({DefectKind::kGap, 1});
   EXPECT_EQ(problems(b),

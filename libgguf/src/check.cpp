@@ -314,17 +314,7 @@ class Checker {
 
     // Overlaps, reported on the tensor that comes later in the header.
     std::vector<std::string> overlap(ts.size());
-    size_t owner = SIZE_MAX;  // the tensor reaching furthest so far
-    for (size_t i : by_offset) {
-      if (*ts[i].bytes == 0) continue;
-      if (owner != SIZE_MAX && ts[i].offset < end(owner)) {
-        const size_t later = std::max(i, owner), earlier = std::min(i, owner);
-        const bool same = ts[i].offset == ts[owner].offset && end(i) == end(owner);
-        overlap[later] =
-            fmt::format("{} {}", same ? "shares its data with" : "data overlaps", desc(earlier));
-      }
-      if (owner == SIZE_MAX || end(i) > end(owner)) owner = i;
-    }
+    for (auto& [i, what] : data_overlaps(f)) overlap[i] = std::move(what);
     std::vector<std::string> found(ts.size());
     for (size_t i = 0; i < ts.size(); ++i) {
       if (!overlap[i].empty()) {
@@ -515,6 +505,46 @@ class Checker {
 };
 
 }  // namespace
+
+std::vector<std::pair<size_t, std::string>> data_overlaps(const GgufFile& f) {
+  const auto& ts = f.tensors();
+  const auto end = [&](size_t i) { return ts[i].offset + *ts[i].bytes; };
+  const auto desc = [&](size_t i) {
+    return fmt::format("tensor '{}' (offset {}, {} bytes)", escape_for_terminal(ts[i].name),
+                       ts[i].offset, *ts[i].bytes);
+  };
+  std::vector<size_t> by_offset;
+  for (size_t i = 0; i < ts.size(); ++i)
+    if (ts[i].bytes && *ts[i].bytes > 0) by_offset.push_back(i);
+  std::stable_sort(by_offset.begin(), by_offset.end(),
+                   [&](size_t x, size_t y) { return ts[x].offset < ts[y].offset; });
+  std::map<size_t, std::string> found;  // by the later tensor's index: header order
+  size_t owner = SIZE_MAX;              // the tensor reaching furthest so far
+  for (size_t i : by_offset) {
+    if (owner != SIZE_MAX && ts[i].offset < end(owner)) {
+      const size_t later = std::max(i, owner), earlier = std::min(i, owner);
+      const bool same = ts[i].offset == ts[owner].offset && end(i) == end(owner);
+      found[later] =
+          fmt::format("{} {}", same ? "shares its data with" : "data overlaps", desc(earlier));
+    }
+    if (owner == SIZE_MAX || end(i) > end(owner)) owner = i;
+  }
+  return {found.begin(), found.end()};
+}
+
+std::optional<std::string> overlap_warning(const Model& m) {
+  for (const auto& f : m.shards()) {
+    const auto o = data_overlaps(*f);
+    if (o.empty()) continue;
+    return fmt::format(
+        "'{}': tensor '{}' {}: ggml's reader refuses such a file; the output gives each tensor "
+        "its own copy of the bytes{}",
+        escape_for_terminal(f->path()), escape_for_terminal(f->tensors()[o.front().first].name),
+        o.front().second,
+        o.size() > 1 ? fmt::format(" ({} overlapping tensors in all)", o.size()) : "");
+  }
+  return std::nullopt;
+}
 
 std::vector<Problem> check_model(const Model& model, const CheckOptions& options) {
   return Checker(model, options).run();

@@ -10,6 +10,7 @@
 #include <memory>
 #include <mutex>
 
+#include "gguf/check.h"
 #include "gguf/codecs.h"
 #include "gguf/encode.h"
 #include "gguf/error.h"
@@ -101,6 +102,7 @@ RequantResult requant(const Model& model, const RequantOptions& o) {
   for (const auto& kv : model.metadata().entries())
     if (!kv.key.starts_with("split.")) r.plan.metadata.append(kv);
   if (auto note = raise_small_alignment(r.plan.metadata)) r.notes.push_back(std::move(*note));
+  if (auto note = overlap_warning(model)) r.notes.push_back(std::move(*note));
   bool energy_note = false, lossy_note = false;
   size_t n_selected = 0, n_quantizable = 0, n_encoded = 0;
   for (size_t i = 0; i < model.tensors().size(); ++i) {

@@ -11,6 +11,7 @@
 #include <map>
 #include <new>
 
+#include "gguf/check.h"
 #include "gguf/error.h"
 #include "gguf/escape.h"
 #include "gguf/hash.h"
@@ -374,6 +375,9 @@ SpliceResult splice(const Model& base, std::span<const Donor> donors, const Spli
   for (const char* k : {detail::kSplitNo, detail::kSplitCount, detail::kSplitTensors})
     r.plan.metadata.erase(k);
   if (auto note = raise_small_alignment(r.plan.metadata)) r.warnings.push_back(std::move(*note));
+  if (auto w = overlap_warning(base)) r.warnings.push_back(std::move(*w));
+  for (const Donor& d : donors)
+    if (auto w = overlap_warning(*d.model)) r.warnings.push_back(std::move(*w));
   r.bytes_before = base.total_bytes();
   for (size_t i = 0; i < base.tensors().size(); ++i) {
     const TensorRef& bt = base.tensors()[i];

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "gguf/model.h"
@@ -31,6 +32,15 @@ struct CheckOptions {
   // every core and memory stays bounded by the page cache.
   uint64_t chunk_bytes = uint64_t{16} << 20;
 };
+
+// Tensors of f whose data overlaps another's (ggml refuses such files; the lenient reader reads
+// them), each reported on the one later in the header: its index, and "shares its data with
+// tensor 'a' (offset N, M bytes)" or "data overlaps tensor ...". Unsized tensors are skipped.
+std::vector<std::pair<size_t, std::string>> data_overlaps(const GgufFile& f);
+
+// For tools that copy or re-encode a model's tensors: the first overlap of any shard as a
+// warning naming the file and both tensors, or nothing.
+std::optional<std::string> overlap_warning(const Model& m);
 
 // Problems in a stable order: per shard the alignment, then each tensor's name, type and
 // layout; then model-wide keys and expert types; then data problems in tensor order.
