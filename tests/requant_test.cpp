@@ -531,6 +531,26 @@ TEST(requant, truncated_legacy_imatrix_is_refused) {
   }
 }
 
+TEST(requant, legacy_imatrix_with_a_partial_trailer_is_refused) {
+  TempDir dir;
+  write_legacy_imatrix(dir.file("im.dat"), {{"blk.0.attn_q.weight", ramp(256, 1.0f)}}, 1);
+  const uint64_t entries_end = std::filesystem::file_size(dir.file("im.dat")) - 23;
+  std::filesystem::resize_file(dir.file("im.dat"), entries_end + 5);
+  try {
+    Imatrix::load(dir.file("im.dat"));
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()),
+              fmt::format("{}: at byte {}: 5 bytes after the last entry, too few for the trailer "
+                          "(int32 last chunk, int32 dataset name length, the name): a truncated "
+                          "file?",
+                          dir.file("im.dat"), entries_end));
+  }
+  // Without a trailer at all (older llama.cpp) the file is fine.
+  std::filesystem::resize_file(dir.file("im.dat"), entries_end);
+  EXPECT_EQ(Imatrix::load(dir.file("im.dat")).size(), 1u);
+}
+
 // Importance values are sums of squares: a negative, NaN or infinite one is refused, naming
 // the entry, the index and the byte where it is stored.
 TEST(requant, legacy_imatrix_with_a_negative_or_nan_value_is_refused) {

@@ -123,6 +123,12 @@ Imatrix Imatrix::load_legacy(const std::string& path) {
     if (!m.entries_.emplace(name, std::move(e)).second)
       throw Error(path, object, at, "duplicate entry");
   }
+  // The optional trailer: int32 last chunk, int32 dataset name length, the name.
+  if (r.left() > 0 && r.left() < 8)
+    throw Error(path, {}, r.pos(),
+                fmt::format("{} byte{} after the last entry, too few for the trailer (int32 last "
+                            "chunk, int32 dataset name length, the name): a truncated file?",
+                            r.left(), r.left() == 1 ? "" : "s"));
   if (r.left() >= 8) {
     m.chunk_count_ = r.i32("", "last chunk");
     const uint64_t at = r.pos();
