@@ -459,6 +459,23 @@ TEST(requant, iq2_xxs_uses_expert_slices_or_the_column_energy) {
   EXPECT_NE(0, std::memcmp(expect.data(), got2.data(), got2.size()));
 }
 
+// An entry of zero columns (found by imatrix_fuzz: an empty payload was copied through a null
+// pointer) loads, and asking it for weights is the usual length error.
+TEST(requant, gguf_imatrix_with_an_empty_entry) {
+  TempDir dir;
+  Plan p;
+  p.metadata.set("general.type", Value::string("imatrix"));
+  const auto one = std::make_shared<std::vector<uint8_t>>(4, 0);
+  p.tensors.push_back(
+      {"w.in_sum2", 0, {0, 1}, 0, MemoryBytes{std::make_shared<std::vector<uint8_t>>()}});
+  p.tensors.push_back({"w.counts", 0, {1, 1}, 4, MemoryBytes{one}});
+  write_plan(p, dir.file("im.gguf"), {});
+  const Imatrix im = Imatrix::load(dir.file("im.gguf"));
+  ASSERT_NE(im.find("w"), nullptr);
+  EXPECT_EQ(im.find("w")->values.size(), 0u);
+  EXPECT_THROW(im.weights("w", 32, 1, 0), Error);
+}
+
 TEST(requant, gguf_imatrix_divides_by_counts_and_unused_experts_weigh_one) {
   TempDir dir;
   const int64_t ne0 = 256, n_mat = 3;

@@ -33,11 +33,12 @@ std::span<const float> Imatrix::weights(const std::string& tensor, int64_t n_per
                           total, n_per_row, n_mat * n_per_row, n_mat, n_per_row));
 }
 
-Imatrix Imatrix::load(const std::string& path) {
-  const auto src = open_file_source(path);
+Imatrix Imatrix::load(const std::string& path) { return parse(open_file_source(path)); }
+
+Imatrix Imatrix::parse(std::shared_ptr<const ByteSource> src) {
   uint32_t magic = 0;
   if (src->size() >= 4) std::memcpy(&magic, src->bytes(0, 4).data(), 4);
-  return magic == kMagic ? load_gguf(path) : load_legacy(path);
+  return magic == kMagic ? parse_gguf(std::move(src)) : parse_legacy(*src);
 }
 
 namespace {
@@ -83,9 +84,9 @@ void check_values(const std::string& path, const std::string& name, const float*
 
 }  // namespace
 
-Imatrix Imatrix::load_legacy(const std::string& path) {
-  const auto src = open_file_source(path);
-  Reader r(*src);
+Imatrix Imatrix::parse_legacy(const ByteSource& src) {
+  const std::string& path = src.name();
+  Reader r(src);
   Imatrix m;
   m.path_ = path;
   const int32_t n = r.i32("", "entry count");
@@ -94,7 +95,7 @@ Imatrix Imatrix::load_legacy(const std::string& path) {
     throw Error(path, {}, 0,
                 fmt::format("entry count {} is impossible for a file of {} bytes (not a "
                             "llama.cpp imatrix?)",
-                            n, src->size()));
+                            n, src.size()));
   for (int32_t i = 0; i < n; ++i) {
     const std::string entry = fmt::format("entry #{}", i);
     const uint64_t at = r.pos();
@@ -141,8 +142,9 @@ Imatrix Imatrix::load_legacy(const std::string& path) {
   return m;
 }
 
-Imatrix Imatrix::load_gguf(const std::string& path) {
-  const auto f = GgufFile::open(path);
+Imatrix Imatrix::parse_gguf(std::shared_ptr<const ByteSource> src) {
+  const std::string path = src->name();
+  const auto f = GgufFile::parse(std::move(src));
   Imatrix m;
   m.path_ = path;
   if (const auto type = f->metadata().get_string("general.type"); type && *type != "imatrix")
@@ -159,7 +161,7 @@ Imatrix Imatrix::load_gguf(const std::string& path) {
                   fmt::format("type {} where f32 is required", type_name(t.type_id)));
     const auto b = f->tensor_data(t);
     std::vector<float> v(b.size() / 4);
-    std::memcpy(v.data(), b.data(), v.size() * 4);
+    if (!v.empty()) std::memcpy(v.data(), b.data(), v.size() * 4);  // no null pointers to memcpy
     return v;
   };
   constexpr std::string_view kSum = ".in_sum2";

@@ -3,10 +3,13 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <string>
 #include <unordered_map>
 #include <vector>
+
+#include "gguf/source.h"
 
 namespace gguf {
 
@@ -21,12 +24,15 @@ class Imatrix {
   // Reads a legacy .dat or a GGUF imatrix (detected by magic); throws gguf::Error naming the
   // file, the entry and the offset for anything malformed.
   static Imatrix load(const std::string& path);
+  // The same from any byte source (its name() is the path messages give).
+  static Imatrix parse(std::shared_ptr<const ByteSource> src);
 
   const std::string& path() const { return path_; }
   const std::vector<std::string>& datasets() const { return datasets_; }
   int64_t chunk_count() const { return chunk_count_; }
   size_t size() const { return entries_.size(); }
   const ImatrixEntry* find(const std::string& tensor) const;
+  const std::unordered_map<std::string, ImatrixEntry>& entries() const { return entries_; }
 
   // The n_per_row weights for matrix `mat` (expert index; 0 for 2-D tensors) of a tensor with
   // n_per_row columns and n_mat matrices, or an empty span when the file has no entry for it.
@@ -42,8 +48,8 @@ class Imatrix {
   std::vector<std::string> datasets_;
   int64_t chunk_count_ = 0;
   std::unordered_map<std::string, ImatrixEntry> entries_;
-  static Imatrix load_legacy(const std::string& path);
-  static Imatrix load_gguf(const std::string& path);
+  static Imatrix parse_legacy(const ByteSource& src);
+  static Imatrix parse_gguf(std::shared_ptr<const ByteSource> src);
 };
 
 // The fallback when no matrix is given: importance[c] = sum over rows of w[r][c]^2.
