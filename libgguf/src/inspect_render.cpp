@@ -73,7 +73,8 @@ std::string render_text(const InspectReport& r, const RenderOptions& o) {
       if (kv.value.is_array())
         type = fmt::format("array[{}; {}]", value_type_name(kv.value.array_type()),
                            kv.value.array_size());
-      t.add({escape_for_terminal(kv.key), type, format_value(kv.value, o.full ? 0 : 8, o.full ? 0 : 200)});
+      t.add({escape_for_terminal(kv.key), type,
+             format_value(kv.value, o.full ? 0 : 8, o.full ? 0 : 200)});
     }
     if (!out.empty()) out += '\n';
     out += "metadata:\n" + t.render("  ");
