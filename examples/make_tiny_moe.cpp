@@ -56,7 +56,7 @@ int main(int argc, char** argv) {
     if (arch == "llama") {
       if (recipe == "ds4") gguf::usage_error("--recipe ds4 is for --arch deepseek2");
       const auto t = gguf::parse_type(recipe);
-      if (!t) gguf::usage_error(gguf::unknown_type_message("--recipe", recipe));
+      if (!t) gguf::usage_error(gguf::unknown_type_message("--recipe", recipe, false));
       if (llama.vocab < 259)
         gguf::usage_error(
             "--vocab: a llama model needs at least 259 tokens (<unk>, <s>, </s>, "
@@ -69,7 +69,7 @@ int main(int argc, char** argv) {
         spec = gguf::ds4_recipe(spec);
       } else {
         const auto t = gguf::parse_type(recipe);
-        if (!t) gguf::usage_error(gguf::unknown_type_message("--recipe", recipe));
+        if (!t) gguf::usage_error(gguf::unknown_type_message("--recipe", recipe, false));
         spec = gguf::uniform_types(spec, *t);
       }
       plan = gguf::synth_moe_plan(spec);

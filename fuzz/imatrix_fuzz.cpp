@@ -18,9 +18,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     for (const auto& ds : m.datasets()) sink = sink + ds.size();
     for (const auto& [name, e] : m.entries()) {
       // As requant asks: the whole entry per expert, one shared slice, and a wrong width.
+      // Legacy entries record no shape: their length is all there is.
       const int64_t n_mat = std::clamp<int64_t>(e.n_mat, 1, 4);
+      const auto total = static_cast<int64_t>(e.values.size());
+      const int64_t ne0 = std::clamp<int64_t>(e.ne0 > 0 ? e.ne0 : total / n_mat, 1, 1 << 20);
       for (const auto& [per_row, mats] :
-           {std::pair{e.ne0, n_mat}, std::pair{e.ne0, int64_t{1}}, std::pair{e.ne0 + 1, n_mat}}) {
+           {std::pair{ne0, n_mat}, std::pair{total, int64_t{1}}, std::pair{ne0 + 1, n_mat}}) {
         for (int64_t k = 0; k < mats; ++k) {
           try {
             const auto w = m.weights(name, per_row, mats, k);

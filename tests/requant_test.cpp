@@ -474,6 +474,25 @@ TEST(requant, gguf_imatrix_with_an_empty_entry) {
   ASSERT_NE(im.find("w"), nullptr);
   EXPECT_EQ(im.find("w")->values.size(), 0u);
   EXPECT_THROW(im.weights("w", 32, 1, 0), Error);
+  // A shape whose values are not all there ([4, 2, 0]: no bytes for 4 x 2) is refused; the
+  // division by counts used to write through the empty entry.
+  Plan bad;
+  bad.metadata.set("general.type", Value::string("imatrix"));
+  bad.tensors.push_back(
+      {"w.in_sum2", 0, {4, 2, 0}, 0, MemoryBytes{std::make_shared<std::vector<uint8_t>>()}});
+  bad.tensors.push_back(
+      {"w.counts", 0, {1, 2}, 8, MemoryBytes{std::make_shared<std::vector<uint8_t>>(8, 0)}});
+  write_plan(bad, dir.file("bad.gguf"), {});
+  const auto info = GgufFile::open(dir.file("bad.gguf"))->find_tensor("w.in_sum2")->info_offset;
+  try {
+    Imatrix::load(dir.file("bad.gguf"));
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()),
+              fmt::format("{}: tensor 'w.in_sum2': at byte {}: shape [4, 2, 0] holds 0 values, "
+                          "not 4 columns x 2 matrices",
+                          dir.file("bad.gguf"), info));
+  }
 }
 
 TEST(requant, gguf_imatrix_divides_by_counts_and_unused_experts_weigh_one) {

@@ -72,11 +72,10 @@ TEST(splice_errors, trailing_dimensions_of_one_are_no_shape_mismatch) {
   const Model base = Model::open(fx().base), donor = Model::open(path);
   const SpliceResult r = splice_one(base, donor, selector({"3"}));
   EXPECT_EQ(r.spliced, 3u);
-  for (const auto& t : r.plan.tensors) {
-    if (t.name == "blk.3.ffn_down_exps.weight") {
-      EXPECT_EQ(t.shape, base.find(t.name)->info->shape);
-    }
-  }
+  const auto t = std::find_if(r.plan.tensors.begin(), r.plan.tensors.end(),
+                              [](const auto& x) { return x.name == "blk.3.ffn_down_exps.weight"; });
+  ASSERT_NE(t, r.plan.tensors.end());
+  EXPECT_EQ(t->shape, base.find(t->name)->info->shape);
 }
 
 // Rewrites the type id of tensor name in a written file (the writer refuses such types).

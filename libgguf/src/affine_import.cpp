@@ -12,6 +12,7 @@
 #include <set>
 
 #include "gguf/affine.h"
+#include "gguf/check.h"
 #include "gguf/codecs.h"
 #include "gguf/encode.h"
 #include "gguf/error.h"
@@ -274,6 +275,7 @@ ImportResult import_safetensors(const SafetensorsFile& file, const ImportOptions
     for (const auto& kv : o.base->metadata().entries())
       if (!kv.key.starts_with("split.")) r.plan.metadata.append(kv);
     if (auto note = raise_small_alignment(r.plan.metadata)) r.notes.push_back(std::move(*note));
+    if (auto note = overlap_warning(*o.base)) r.notes.push_back(std::move(*note));
     std::map<std::string, size_t, std::less<>> index;
     for (size_t i = 0; i < rows.size(); ++i) index.emplace(rows[i].name, i);
     std::vector<bool> used(rows.size(), false);

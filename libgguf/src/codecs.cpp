@@ -30,7 +30,8 @@ const detail::CodecTable& table() {
 
 }  // namespace
 
-std::string unknown_type_message(std::string_view option, std::string_view name) {
+std::string unknown_type_message(std::string_view option, std::string_view name,
+                                 bool with_selectors) {
   // llama-quantize's presets that are not type names, and the type each is built around.
   static constexpr std::pair<std::string_view, std::string_view> kPresets[] = {
       {"q2_k_s", "q2_K"}, {"q3_k_s", "q3_K"},  {"q3_k_m", "q3_K"}, {"q3_k_l", "q3_K"},
@@ -42,9 +43,11 @@ std::string unknown_type_message(std::string_view option, std::string_view name)
   for (const auto& [preset, type] : kPresets)
     if (lower == preset)
       return fmt::format(
-          "{}: '{}' is a llama-quantize preset (a mix of types), not a ggml type: use {} {} and "
-          "choose which tensors get it with --role, --layers and --match, one run per type",
-          option, escape_for_terminal(name), option, type);
+          "{}: '{}' is a llama-quantize preset (a mix of types), not a ggml type: use {} {}{}",
+          option, escape_for_terminal(name), option, type,
+          with_selectors ? " and choose which tensors get it with --role, --layers and --match, "
+                           "one run per type"
+                         : "");
   std::vector<std::string_view> names;
   for (GgmlType t : active_types())
     if (can_encode(t)) names.push_back(traits(t).name);

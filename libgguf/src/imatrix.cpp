@@ -176,6 +176,13 @@ Imatrix Imatrix::parse_gguf(std::shared_ptr<const ByteSource> src) {
     e.ne0 = t.shape.empty() ? 1 : t.shape[0];
     e.n_mat = t.shape.size() > 1 ? t.shape[1] : 1;
     e.values = floats(t);
+    // [ne0, n_mat] exactly: further dimensions of 1 only (the loops below index ne0 x n_mat).
+    if (e.ne0 < 0 || e.n_mat < 0 ||
+        (e.ne0 > 0 && static_cast<uint64_t>(e.n_mat) > e.values.size() / e.ne0) ||
+        static_cast<uint64_t>(e.ne0 * e.n_mat) != e.values.size())
+      throw Error(path, tensor_object(t.name), t.info_offset,
+                  fmt::format("shape {} holds {} values, not {} columns x {} matrices",
+                              shape_text(t.shape), e.values.size(), e.ne0, e.n_mat));
     check_values(path, t.name, e.values.data(), e.values.size(), f->data_start(t), "value");
     const std::vector<float> c = floats(*counts);
     check_values(path, counts->name, c.data(), c.size(), f->data_start(*counts), "count");

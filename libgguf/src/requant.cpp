@@ -254,6 +254,9 @@ RequantResult requant(const Model& model, const RequantOptions& o) {
         uses_importance(o.type) ? "it has no entry for any re-encoded tensor"
                                 : fmt::format("{} takes no importance weights", target.name)));
   if (imatrix_used) {
+    for (const char* k : {"quantize.imatrix.file", "quantize.imatrix.dataset",
+                          "quantize.imatrix.entries_count", "quantize.imatrix.chunks_count"})
+      r.plan.metadata.erase(k);  // an earlier step's, which this run's matrix replaces
     r.plan.metadata.set("quantize.imatrix.file", Value::string(o.imatrix->path()));
     if (!o.imatrix->datasets().empty())
       r.plan.metadata.set("quantize.imatrix.dataset", Value::string(o.imatrix->datasets().front()));
