@@ -16,6 +16,7 @@
 
 #include "gguf/escape.h"
 #include "gguf/names.h"
+#include "gguf/plan.h"
 
 namespace gguf {
 
@@ -29,7 +30,6 @@ std::string format_problem(const Problem& p) {
 
 namespace {
 
-constexpr uint64_t kGgmlTensorAlignment = 32;  // TENSOR_ALIGNMENT of ggml's CPU backend
 constexpr const char* kLayoutRule =
     "ggml requires each tensor's data to follow the previous one's in header order, padded to "
     "the alignment";

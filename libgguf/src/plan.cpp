@@ -13,7 +13,6 @@
 namespace gguf {
 
 std::optional<std::string> raise_small_alignment(Metadata& metadata) {
-  constexpr uint32_t kGgmlTensorAlignment = 32;
   const Value* v = metadata.find("general.alignment");
   if (!v || v->type() != ValueType::kU32) return std::nullopt;
   const uint64_t a = *v->as_uint();

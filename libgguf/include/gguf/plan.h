@@ -53,6 +53,9 @@ struct Plan {
 // The payload size the type and shape imply; throws gguf::Error naming the tensor otherwise.
 uint64_t expected_bytes(const PlanTensor& t);
 
+// TENSOR_ALIGNMENT of ggml's CPU backend: llama.cpp asserts it of tensor data it maps.
+inline constexpr uint32_t kGgmlTensorAlignment = 32;
+
 // A general.alignment under 32 lets tensor data start off a 32-byte boundary, and llama.cpp
 // aborts on that when it memory-maps the file (ggml's CPU backend asserts it). Tools that
 // write a new file from an input's metadata raise it to 32 and say so: returns what to say, or
