@@ -3,6 +3,7 @@
 // -q/--quiet, and --help that lists only options a user can type.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
+#include <sys/resource.h>
 
 #include <filesystem>
 #include <fstream>
@@ -12,12 +13,15 @@
 
 #include "cli_run.h"
 #include "diff_fixture.h"
+#include "gguf/synth.h"
+#include "gguf/writer.h"
 
 namespace {
 
 using gguf::diff_fixture::Fixture;
 using gguf::testing::CliResult;
 using gguf::testing::run_cli;
+using gguf::testing::run_program;
 using gguf::testing::TempDir;
 
 std::string scrub(std::string s, const std::string& dir) {
@@ -307,6 +311,105 @@ TEST(cli_contract, quiet_prints_nothing_on_success) {
   EXPECT_NE(r.err.find("exists"), std::string::npos) << r.err;
   r = run_cli("gguf-splice", {a, "--donor", d, "-q", "--json", "-o", dir.file("t.gguf")});
   EXPECT_EQ(r.code, 2);
+}
+
+TEST(cli_contract, an_output_path_leading_into_proc_is_refused) {
+  // /dev/stdout is such a link; replacing it with the output (a rename over the link) would
+  // leave the file nowhere a user looks. Made here rather than using /dev/stdout itself.
+  TempDir dir;
+  const std::string a = Fixture().write(dir, "a.gguf");
+  const std::string link = dir.file("stdout-link");
+  std::filesystem::create_symlink("/proc/self/fd/1", link);
+  const std::string msg =
+      "output path leads into /proc (an open file descriptor such as "
+      "/dev/stdout, not a file); refusing to replace it (give a file path)";
+  for (const std::string& out : {link, std::string("/dev/fd/1"), std::string("/proc/self/fd/1")}) {
+    SCOPED_TRACE(out);
+    const CliResult r =
+        run_cli("gguf-requant", {a, "--type", "f16", "--force", "-o", out}, dir.file("stdout.txt"));
+    EXPECT_EQ(r.code, 2);
+    EXPECT_EQ(r.err, fmt::format("gguf-requant: error: {}: {}\nTry 'gguf-requant --help' for more "
+                                 "information.\n",
+                                 out, msg));
+  }
+  EXPECT_TRUE(std::filesystem::is_symlink(link));
+  EXPECT_EQ(std::filesystem::file_size(dir.file("stdout.txt")), 0u);
+}
+
+TEST(cli_contract, a_failing_stderr_neither_aborts_nor_fails_the_work) {
+  TempDir dir;
+  const std::string a = Fixture().write(dir, "a.gguf");
+  gguf::MoeSpec spec;
+  spec.n_layers = 2;
+  spec.n_experts = 2;
+  spec.vocab = 256;
+  gguf::write_plan(gguf::synth_moe_plan(gguf::uniform_types(spec, gguf::GgmlType::Q8_0)),
+                   dir.file("q8.gguf"), {});
+  // This run prints a note on stderr (checked first: re-encoding quantized tensors), which then
+  // cannot be written.
+  const std::vector<std::string> args = {dir.file("q8.gguf"), "--type", "q4_0", "-o"};
+  CliResult r =
+      run_cli("gguf-requant", {args[0], args[1], args[2], args[3], dir.file("note.gguf")});
+  ASSERT_EQ(r.code, 0) << r.err;
+  ASSERT_NE(r.err.find("note:"), std::string::npos) << r.err;
+  r = run_program(std::string(GGUF_TOOLS_DIR) + "/gguf-requant",
+                  {args[0], args[1], args[2], args[3], dir.file("r.gguf")}, {}, "/dev/full");
+  EXPECT_EQ(r.code, 0);
+  EXPECT_TRUE(std::filesystem::exists(dir.file("r.gguf")));
+  // A failure whose message cannot be shown still exits with the failure's code.
+  r = run_program(std::string(GGUF_TOOLS_DIR) + "/gguf-inspect", {dir.file("missing.gguf")}, {},
+                  "/dev/full");
+  EXPECT_EQ(r.code, 1);
+  r = run_program(std::string(GGUF_TOOLS_DIR) + "/gguf-diff", {a, dir.file("missing.gguf")}, {},
+                  "/dev/full");
+  EXPECT_EQ(r.code, 2);
+}
+
+TEST(cli_contract, a_file_size_limit_is_an_error_not_a_silent_kill) {
+  TempDir dir;
+  const std::string a = Fixture().write(dir, "a.gguf");
+  const auto limit = std::filesystem::file_size(a) / 2;
+  // The limit (ulimit -f) applies to the tool, which inherits it; this process writes nothing
+  // while it is set.
+  rlimit old{};
+  ASSERT_EQ(getrlimit(RLIMIT_FSIZE, &old), 0);
+  rlimit lowered = old;
+  lowered.rlim_cur = limit;
+  ASSERT_EQ(setrlimit(RLIMIT_FSIZE, &lowered), 0);
+  const CliResult r = run_cli("gguf-requant", {a, "--type", "f16", "-o", dir.file("r.gguf")});
+  ASSERT_EQ(setrlimit(RLIMIT_FSIZE, &old), 0);
+  EXPECT_EQ(r.code, 1);  // not 128 + SIGXFSZ
+  EXPECT_NE(r.err.find("file too large"), std::string::npos) << r.err;
+  EXPECT_EQ(dir.entries(), std::vector<std::string>{"a.gguf"});
+}
+
+TEST(cli_contract, an_output_name_too_long_is_refused_before_any_work) {
+  TempDir dir;
+  const std::string a = Fixture().write(dir, "a.gguf");
+  const std::string name = std::string(251, 'n') + ".gguf";  // 256 bytes
+  for (const bool dry : {true, false}) {
+    std::vector<std::string> args = {a, "--type", "f16", "-o", dir.file(name)};
+    if (dry) args.push_back("--dry-run");
+    const CliResult r = run_cli("gguf-requant", args);
+    EXPECT_EQ(r.code, 1);
+    EXPECT_EQ(scrub(r.err, dir.path()),
+              fmt::format("gguf-requant: error: DIR/{}: output file name is 256 bytes long; the "
+                          "file system of 'DIR' allows at most 255\n",
+                          name));
+  }
+  EXPECT_EQ(dir.entries(), std::vector<std::string>{"a.gguf"});
+}
+
+TEST(cli_contract, a_manifest_that_is_not_a_file_of_sane_size_is_refused) {
+  TempDir dir;
+  const std::string a = Fixture().write(dir, "a.gguf");
+  CliResult r = run_cli("gguf-diff", {"--manifest", "/dev/zero", a});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(r.err,
+            "gguf-diff: error: /dev/zero: more than 256 MiB; a manifest this large is refused\n");
+  r = run_cli("gguf-diff", {"--manifest", dir.path(), a});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(scrub(r.err, dir.path()), "gguf-diff: error: DIR: is a directory, not a manifest\n");
 }
 
 }  // namespace

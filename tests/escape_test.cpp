@@ -36,6 +36,18 @@ TEST(escape, backslash_is_doubled_so_escapes_are_unambiguous) {
   EXPECT_NE(escape_for_terminal("\\x1b"), escape_for_terminal("\x1b"));
 }
 
+TEST(escape, terminal_safe_escapes_only_what_a_terminal_acts_on) {
+  // A message whose untrusted parts are escaped already comes back as it is: its newlines, tabs
+  // and backslashes are the message's own.
+  const std::string ok = "m.gguf: tensor 'a\\x1b': bad\n\tsecond line";
+  EXPECT_EQ(terminal_safe(ok), ok);
+  EXPECT_EQ(terminal_safe("h\xc3\xa9llo"), "h\xc3\xa9llo");
+  // What escaping missed is caught: controls, DEL, invalid UTF-8, C1, bidi overrides.
+  EXPECT_EQ(terminal_safe("copying from 'e\x1b[31md' failed\r"),
+            "copying from 'e\\x1b[31md' failed\\x0d");
+  EXPECT_EQ(terminal_safe("\x7f\xff\xc2\x9b\xe2\x80\xae"), "\\x7f\\xff\\u{009b}\\u{202e}");
+}
+
 TEST(escape, esc_sequences_lose_their_escape_byte) {
   EXPECT_EQ(escape_for_terminal("\x1b[31mred\x1b[0m"), "\\x1b[31mred\\x1b[0m");
   // OSC 8 hyperlink and a title-setting sequence.

@@ -8,6 +8,7 @@
 #include <filesystem>
 
 #include "cli_run.h"
+#include "gguf/escape.h"
 #include "gguf_builder.h"
 
 namespace gguf {
@@ -28,7 +29,7 @@ GgufBuilder shard(int no, int count, int32_t total, const std::vector<std::strin
 
 // A split set m-0000N-of-00003.gguf in a private directory.
 struct SplitSet {
-  std::string path(int index) const { return split_path(dir.file("m"), index, 3); }
+  std::string path(int index) const { return split_path(dir.file(stem), index, 3); }
   void write(int index, const GgufBuilder& b) const { b.write_file(path(index)); }
   // The sound set: a, b | c | d, e.
   void write_all() const {
@@ -45,6 +46,7 @@ struct SplitSet {
     return "(no error)";
   }
   testing::TempDir dir;
+  std::string stem = "m";
 };
 
 TEST(model, opens_by_first_shard) {
@@ -171,6 +173,19 @@ TEST(model, duplicate_tensor_across_shards) {
   EXPECT_EQ(s.error_of(s.path(1)),
             fmt::format("{}: tensor 'a': at byte {}: tensor also defined in shard 1 ('{}')",
                         s.path(3), dup.layout().tensor_info_offsets[1], s.path(1)));
+}
+
+TEST(model, duplicate_tensor_across_shards_names_the_other_shard_escaped) {
+  SplitSet s;
+  s.stem = "e\x1b[31mm";
+  s.write_all();
+  const auto dup = shard(2, 3, 5, {"d", "a"});
+  s.write(3, dup);
+  const std::string error = s.error_of(s.path(1));
+  EXPECT_EQ(error.find('\x1b'), std::string::npos) << error;
+  EXPECT_NE(error.find("tensor also defined in shard 1 ('" + escape_for_terminal(s.path(1)) + "')"),
+            std::string::npos)
+      << error;
 }
 
 TEST(model, single_file_of_a_set_is_refused_with_hint) {

@@ -634,7 +634,12 @@ TEST(requant, cli_reports_json_and_usage_errors) {
   const auto j = nlohmann::json::parse(res.out);
   EXPECT_TRUE(j["tensors"][0]["importance"].is_null());  // q8_0 takes no importance
   EXPECT_EQ(j["output"], dir.file("o.gguf"));
+  EXPECT_EQ(j["outputs"], nlohmann::json::array({dir.file("o.gguf")}));  // as gguf-splice's
   EXPECT_TRUE(j["verified"].get<bool>());
+  const auto dry = run_cli("gguf-requant", {in, "--type", "q8_0", "--dry-run", "--json"});
+  ASSERT_EQ(dry.code, 0) << dry.err;
+  EXPECT_TRUE(nlohmann::json::parse(dry.out)["output"].is_null());
+  EXPECT_EQ(nlohmann::json::parse(dry.out)["outputs"], nlohmann::json::array());
   for (const char* k :
        {"name", "source", "type_before", "type_after", "bytes_before", "bytes_after", "action"})
     EXPECT_TRUE(j["tensors"][0].contains(k)) << k;

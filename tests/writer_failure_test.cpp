@@ -139,8 +139,8 @@ TEST(writer, refuses_to_replace_a_non_regular_file) {
 }
 
 // An input truncated while mapped raises SIGBUS on the next read of the lost pages: the
-// tools' handler turns it into an error message and the failure status, and removes the
-// temp files of an unfinished output.
+// tools' handler turns it into an error message naming the file and the byte, and the failure
+// status, and removes the temp files of an unfinished output.
 TEST(writer, truncated_input_is_an_error_not_a_crash) {
   ScratchDir dir;
   const std::string input = dir.file("in.bin");
@@ -162,8 +162,10 @@ TEST(writer, truncated_input_is_an_error_not_a_crash) {
         std::_Exit(0);
       },
       ::testing::ExitedWithCode(3),
-      "^gguf-x: error: a file being read was truncated or could not be read \\(SIGBUS\\): "
-      "was an input changed while in use\\? Unfinished output was removed\n$");
+      // The threadsafe style re-runs the test in a new process, with its own scratch dir.
+      "^gguf-x: error: /[^ ]*/in\\.bin: at byte 32768: a file being read was truncated or could "
+      "not be read \\(SIGBUS\\): "
+      "was an input changed while in use\\? Any unfinished output was removed\n$");
   EXPECT_EQ(dir.entries(), std::vector<std::string>{"in.bin"});
 }
 

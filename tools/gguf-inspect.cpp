@@ -2,6 +2,7 @@
 #include <fmt/format.h>
 
 #include "gguf/cli.h"
+#include "gguf/escape.h"
 #include "gguf/inspect.h"
 
 namespace po = boost::program_options;
@@ -16,11 +17,13 @@ int main(int argc, char** argv) {
     desc.add_options()("help,h", "show this help and exit")("version", "show the version and exit")(
         "metadata,m", po::bool_switch(&meta), "list all metadata keys")(
         "tensors,t", po::bool_switch(&tensors),
-        "list tensors: name, type, shape, offset, bytes, bpw, role")(
-        "full", po::bool_switch(&full), "do not abbreviate long metadata arrays and strings")(
+        "list tensors: name, type, shape, offset, bytes, bpw, role, layer (and the shard of a "
+        "split set, from 1)")("full", po::bool_switch(&full),
+                              "do not abbreviate long metadata arrays and strings")(
         "json", po::bool_switch(&json), "print one JSON document with everything on stdout")(
         "check", po::bool_switch(&check),
-        "report what llama.cpp's loader would refuse; exit 1 if any problem")(
+        "report what llama.cpp's loader would refuse; exit 1 if any error (warnings do not "
+        "change the exit status)")(
         "hashes", po::bool_switch(&hashes),
         "add each tensor's xxh3-64 (a manifest gguf-diff --manifest reads)");
     gguf::cli::add_threads_option(desc, &threads, "hashing/check");
@@ -60,7 +63,8 @@ int main(int argc, char** argv) {
     fmt::print("{}", json ? gguf::render_json(report) : gguf::render_text(report, ro));
     if (check) {
       for (const auto& p : report.problems)
-        fmt::print(stderr, "gguf-inspect: {}: {}\n", p.severity, gguf::format_problem(p));
+        gguf::cli::eprint("gguf-inspect: {}: {}\n", p.severity,
+                          gguf::terminal_safe(gguf::format_problem(p)));
       const auto errors = std::count_if(report.problems.begin(), report.problems.end(),
                                         [](const auto& p) { return p.severity == "error"; });
       if (!json)

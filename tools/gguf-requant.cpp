@@ -10,6 +10,7 @@
 #include "gguf/cli.h"
 #include "gguf/codecs.h"
 #include "gguf/error.h"
+#include "gguf/escape.h"
 #include "gguf/exact.h"
 #include "gguf/requant.h"
 
@@ -111,7 +112,8 @@ int main(int argc, char** argv) {
       gguf::ImportResult result =
           gguf::import_safetensors(file, {t, base ? &*base : nullptr, threads});
       if (!quiet)
-        for (const auto& note : result.notes) fmt::print(stderr, "gguf-requant: note: {}\n", note);
+        for (const auto& note : result.notes)
+          gguf::cli::eprint("gguf-requant: note: {}\n", gguf::terminal_safe(note));
       wo.inputs = result.inputs;
       std::optional<gguf::ImportProof> proof;
       const auto written = write(result.plan, result.bytes_after, "import", !no_verify,
@@ -135,7 +137,8 @@ int main(int argc, char** argv) {
     gguf::RequantOptions opt{*t, sel.parse(), imatrix ? &*imatrix : nullptr, threads, exact};
     gguf::RequantResult result = gguf::requant(model, opt);
     if (!quiet)
-      for (const auto& note : result.notes) fmt::print(stderr, "gguf-requant: note: {}\n", note);
+      for (const auto& note : result.notes)
+        gguf::cli::eprint("gguf-requant: note: {}\n", gguf::terminal_safe(note));
     wo.inputs = result.inputs;
     if (imatrix) wo.inputs.push_back(imatrix_path);
     std::optional<gguf::ExactProof> proof;

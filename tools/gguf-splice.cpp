@@ -8,6 +8,7 @@
 
 #include "gguf/cli.h"
 #include "gguf/error.h"
+#include "gguf/escape.h"
 #include "gguf/splice.h"
 
 namespace {
@@ -47,7 +48,8 @@ int run(int argc, char** argv) {
       "json", "print the plan (and result) as JSON on stdout")(
       "quiet,q", "print no report and no progress (warnings and errors still go to stderr)")(
       "no-verify", "skip reading the output back to compare every payload's xxh3")(
-      "split-max-size", po::value(&split_size), "write a split set, shards of at most SIZE (4G)")(
+      "split-max-size", po::value(&split_size),
+      "write a split set, shards of at most SIZE (e.g. 4G)")(
       "split-max-tensors", cli::count_value(&split_tensors, UINT64_MAX, "--split-max-tensors", 1),
       "write a split set, N tensors per shard")(
       "allow-mixed-gate-up", "permit gate and up experts of a layer to differ in type")(
@@ -96,7 +98,8 @@ int run(int argc, char** argv) {
   so.allow_mixed_gate_up = vm.count("allow-mixed-gate-up") > 0;
   so.force_arch = vm.count("force-arch") > 0;
   SpliceResult r = splice(base, donors, so);
-  for (const auto& w : r.warnings) fmt::print(stderr, "{}: warning: {}\n", kTool, w);
+  for (const auto& w : r.warnings)
+    gguf::cli::eprint("{}: warning: {}\n", kTool, gguf::terminal_safe(w));
 
   std::optional<WriteResult> written;
   wo.inputs = r.inputs;

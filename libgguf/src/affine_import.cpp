@@ -453,7 +453,7 @@ std::vector<uint8_t> pack_affine_safetensors(const std::vector<AffineSource>& te
       usage_error(
           fmt::format("packed affine: tensor '{}' has rows of {} values, not a multiple "
                       "of the group {}",
-                      t.name, cols, group));
+                      escape_for_terminal(t.name.substr(0, 100)), cols, group));
     std::vector<uint8_t> codes((n * bits + 7) / 8, 0);
     std::vector<uint8_t> scales(2 * (n / group)), mins(2 * (n / group));
     for (uint64_t g = 0; g < n / group; ++g) {

@@ -21,17 +21,26 @@
 #include "gguf/error.h"
 #include "gguf/escape.h"
 #include "gguf/json.h"
+#include "mapped_registry.h"
 #include "writer_internal.h"
 
 namespace gguf::cli {
 
 std::string_view version() { return "0.1.0"; }
 
+void print_stderr(std::string_view text) {
+  if (std::fwrite(text.data(), 1, text.size(), stderr) != text.size()) std::clearerr(stderr);
+}
+
 namespace {
 
-// What the SIGBUS handler prints and exits with, prepared before any file is mapped.
-char g_bus_message[256];
-size_t g_bus_length = 0;
+// What the SIGBUS handler prints and exits with, prepared before any file is mapped: the
+// prefix ("TOOL: error: "), the file and byte (from the map registry), then the text.
+char g_bus_prefix[128];
+size_t g_bus_prefix_length = 0;
+constexpr char kBusText[] =
+    "a file being read was truncated or could not be read (SIGBUS): was an input changed while "
+    "in use? Any unfinished output was removed\n";
 int g_bus_exit = 1;
 
 // SIGINT, SIGTERM, SIGHUP, SIGQUIT: remove the writer's named temp files (an unnamed one goes with
@@ -45,22 +54,29 @@ extern "C" void on_termination_signal(int sig) {
 
 // SIGBUS: a mapped input shrank (or its storage failed) while being read. An error message
 // and the tool's failure status rather than a crash.
-extern "C" void on_bus_error(int) {
+extern "C" void on_bus_error(int, siginfo_t* info, void*) {
   detail::remove_temp_files_from_signal_handler();
-  if (g_bus_length > 0) {
-    const ssize_t ignored = ::write(2, g_bus_message, g_bus_length);
-    (void)ignored;
+  char msg[4096];
+  size_t n = g_bus_prefix_length;
+  std::memcpy(msg, g_bus_prefix, n);
+  // "FILE: at byte N: " when the address lies in a mapped input.
+  const size_t room = sizeof msg - n - sizeof kBusText - 2;
+  if (const size_t k = info ? detail::describe_mapped_address(info->si_addr, msg + n, room) : 0) {
+    n += k;
+    msg[n++] = ':';
+    msg[n++] = ' ';
   }
+  std::memcpy(msg + n, kBusText, sizeof kBusText - 1);
+  n += sizeof kBusText - 1;
+  const ssize_t ignored = ::write(2, msg, n);
+  (void)ignored;
   ::_exit(g_bus_exit);
 }
 
 void install_signal_handlers(std::string_view tool, int failure_code) {
-  const std::string msg = fmt::format(
-      "{}: error: a file being read was truncated or could not be read (SIGBUS): was an input "
-      "changed while in use? Unfinished output was removed\n",
-      tool);
-  g_bus_length = std::min(msg.size(), sizeof g_bus_message);
-  std::memcpy(g_bus_message, msg.data(), g_bus_length);
+  const std::string prefix = fmt::format("{}: error: ", tool);
+  g_bus_prefix_length = std::min(prefix.size(), sizeof g_bus_prefix);
+  std::memcpy(g_bus_prefix, prefix.data(), g_bus_prefix_length);
   g_bus_exit = failure_code;
   struct sigaction sa {};
   sigemptyset(&sa.sa_mask);
@@ -72,9 +88,14 @@ void install_signal_handlers(std::string_view tool, int failure_code) {
     if (::sigaction(sig, nullptr, &old) == 0 && old.sa_handler == SIG_IGN) continue;
     ::sigaction(sig, &sa, nullptr);
   }
-  sa.sa_flags = 0;
-  sa.sa_handler = on_bus_error;
-  ::sigaction(SIGBUS, &sa, nullptr);
+  // A file size limit (ulimit -f) would kill the process with SIGXFSZ, silently and leaving
+  // a named temp file: ignored, the write fails with EFBIG and the writer reports it.
+  ::signal(SIGXFSZ, SIG_IGN);
+  struct sigaction bus {};
+  sigemptyset(&bus.sa_mask);
+  bus.sa_flags = SA_SIGINFO;
+  bus.sa_sigaction = on_bus_error;
+  ::sigaction(SIGBUS, &bus, nullptr);
 }
 
 // The report a script reads must not be silently cut short (a full disk, a closed stdout):
@@ -83,8 +104,8 @@ bool stdout_complete(std::string_view tool) {
   errno = 0;
   if (std::fflush(stdout) == 0 && !std::ferror(stdout)) return true;
   const int err = errno;
-  fmt::print(stderr, "{}: error: cannot write to standard output{}\n", tool,
-             err ? fmt::format(": {}", detail::errno_text(err)) : std::string());
+  eprint("{}: error: cannot write to standard output{}\n", tool,
+         err ? fmt::format(": {}", detail::errno_text(err)) : std::string());
   return false;
 }
 
@@ -113,8 +134,9 @@ struct Failure {
   int argc;
   char** argv;
   int report(int code, std::string_view message, bool usage) const {
-    fmt::print(stderr, "{}: error: {}\n", tool, message);
-    if (usage) fmt::print(stderr, "Try '{} --help' for more information.\n", tool);
+    // The message's untrusted parts are escaped where it is made; this catches any that were not.
+    eprint("{}: error: {}\n", tool, terminal_safe(message));
+    if (usage) eprint("Try '{} --help' for more information.\n", tool);
     if (g_json_option.value_or(json_in_argv(argc, argv)) && !g_json_printed) {
       // The message as on stderr (already escaped for a terminal), kept valid UTF-8.
       const nlohmann::json doc = {{"error", message_for_json(message)}, {"exit_code", code}};
@@ -140,8 +162,8 @@ int run_tool(std::string_view tool, int argc, char** argv, const std::function<i
   } catch (const std::system_error& e) {
     // fmt::print's failure; the tools print to stdout and stderr only.
     if (std::string_view(e.what()).starts_with("cannot write to file")) {
-      fmt::print(stderr, "{}: error: cannot write to standard output: {}\n", tool,
-                 detail::errno_text(e.code().value()));
+      eprint("{}: error: cannot write to standard output: {}\n", tool,
+             detail::errno_text(e.code().value()));
       return failure_code;
     }
     return fail.report(failure_code, e.what(), false);
@@ -211,9 +233,9 @@ void SelectorArgs::add_to(po::options_description& desc) {
                      "select layers, e.g. 37-42 or 0-2,5 (repeatable)")(
       "role", po::value(&roles)->composing(),
       "select a role: routed, routed-gate, routed-up, routed-down, shared, router, attn-proj, "
-      "attn, dense-ffn, embedding, output, norm, other (repeatable)")(
-      "match", po::value(&matches)->composing(),
-      "select tensors whose full name matches REGEX (repeatable)");
+      "attn, dense-ffn, embedding, output, norm, other (repeatable or comma-separated: any "
+      "of them)")("match", po::value(&matches)->composing(),
+                  "select tensors whose full name matches REGEX (repeatable: any of them)");
 }
 
 Selector SelectorArgs::parse() const { return parse_selector(layers, roles, matches); }
@@ -293,7 +315,7 @@ int64_t now_ms() {
 Progress::Progress(std::string label) : label_(std::move(label)), enabled_(isatty(2) == 1) {}
 
 Progress::~Progress() {
-  if (enabled_ && drawn_) fmt::print(stderr, "\r\033[K");
+  if (enabled_ && drawn_) eprint("\r\033[K");
 }
 
 void Progress::update(uint64_t done, uint64_t total) {
@@ -306,8 +328,8 @@ void Progress::update(uint64_t done, uint64_t total) {
   const double frac = total ? static_cast<double>(done) / static_cast<double>(total) : 1.0;
   const int width = 30;
   const int filled = static_cast<int>(frac * width);
-  fmt::print(stderr, "\r{} [{}{}] {:5.1f}% {} / {}\033[K", label_, std::string(filled, '#'),
-             std::string(width - filled, '.'), frac * 100.0, human_bytes(done), human_bytes(total));
+  eprint("\r{} [{}{}] {:5.1f}% {} / {}\033[K", label_, std::string(filled, '#'),
+         std::string(width - filled, '.'), frac * 100.0, human_bytes(done), human_bytes(total));
   std::fflush(stderr);
 }
 

@@ -12,6 +12,7 @@
 
 #include "gguf/affine.h"
 #include "gguf/error.h"
+#include "gguf/escape.h"
 #include "gguf/exact.h"
 #include "gguf/file.h"
 #include "gguf/fp16.h"
@@ -77,7 +78,8 @@ Views views(const SafetensorsFile& f, const PackedAffineTensor& t) {
 void check_range(const PackedAffineTensor& t, uint64_t first, uint64_t count) {
   const uint64_t n = t.rows * t.cols;
   if (first > n || count > n - first)
-    throw Error(fmt::format("elements {}+{} of '{}' are out of range", first, count, t.name));
+    throw Error(fmt::format("elements {}+{} of '{}' are out of range", first, count,
+                            escape_for_terminal(t.name)));
 }
 
 // The scale/min pair of element i.

@@ -1,12 +1,13 @@
 // Reading a gguf-inspect --hashes --json document back as a manifest that gguf-diff can compare
 // a model against: metadata values rebuilt from their JSON form, tensors with their hashes.
+#include <fcntl.h>
 #include <fmt/format.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <cstring>
-#include <fstream>
 #include <limits>
 #include <nlohmann/json.hpp>
-#include <sstream>
 #include <unordered_set>
 
 #include "gguf/diff.h"
@@ -263,13 +264,40 @@ Manifest parse_manifest(std::string_view json_text, const std::string& path) {
 }
 
 Manifest read_manifest(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in)
-    throw Error(path, {}, std::nullopt, fmt::format("cannot open: {}", std::strerror(errno)));
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  if (in.bad()) throw Error(path, {}, std::nullopt, "read failed");
-  return parse_manifest(ss.str(), path);
+  // Far above any real manifest (a 256K-token vocabulary in full is a few MiB), far below what
+  // would exhaust memory: -m /dev/zero must not read forever.
+  constexpr uint64_t kMaxManifestBytes = uint64_t{256} << 20;
+  const auto fail = [&](const std::string& what) -> Error {
+    return Error(path, {}, std::nullopt, what);
+  };
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) throw fail(fmt::format("cannot open: {}", std::strerror(errno)));
+  struct Closer {
+    int fd;
+    ~Closer() { ::close(fd); }
+  } closer{fd};
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) throw fail(fmt::format("cannot stat: {}", std::strerror(errno)));
+  if (S_ISDIR(st.st_mode)) throw fail("is a directory, not a manifest");
+  if (S_ISREG(st.st_mode) && static_cast<uint64_t>(st.st_size) > kMaxManifestBytes)
+    throw fail(fmt::format("{} bytes; a manifest of more than {} MiB is refused", st.st_size,
+                           kMaxManifestBytes >> 20));
+  // Read to the end: a pipe (process substitution) has no size to go by.
+  std::string text;
+  char buf[1 << 16];
+  for (;;) {
+    const ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      throw fail(fmt::format("read failed at byte {}: {}", text.size(), std::strerror(errno)));
+    }
+    if (n == 0) break;
+    if (text.size() + static_cast<uint64_t>(n) > kMaxManifestBytes)
+      throw fail(fmt::format("more than {} MiB; a manifest this large is refused",
+                             kMaxManifestBytes >> 20));
+    text.append(buf, static_cast<size_t>(n));
+  }
+  return parse_manifest(text, path);
 }
 
 }  // namespace gguf

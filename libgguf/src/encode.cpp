@@ -13,6 +13,7 @@
 
 #include "gguf/codecs.h"
 #include "gguf/error.h"
+#include "gguf/escape.h"
 #include "gguf/exact.h"
 #include "gguf/file.h"
 
@@ -113,7 +114,8 @@ Producer make_row_producer(uint64_t row_bytes, int64_t nrows, std::string tensor
       if (pos < carry_begin || pos >= carry_begin + st->carry.size()) {
         // Make the chunk of rows that holds pos.
         const int64_t row = static_cast<int64_t>(pos / rb);
-        if (row >= nrows) throw Error(fmt::format("read past the end of tensor '{}'", name));
+        if (row >= nrows)
+          throw Error(fmt::format("read past the end of tensor '{}'", escape_for_terminal(name)));
         const int64_t count = std::min<int64_t>(static_cast<int64_t>(rows_per_chunk), nrows - row);
         st->carry.resize(static_cast<size_t>(count) * rb);
         st->carry_first_row = row;

@@ -72,7 +72,9 @@ bool is_valid_utf8(std::string_view s) {
   return true;
 }
 
-std::string escape_for_terminal(std::string_view s) {
+namespace {
+
+std::string escape_terminal(std::string_view s, bool whole) {
   std::string out;
   out.reserve(s.size());
   for (size_t i = 0; i < s.size();) {
@@ -83,7 +85,9 @@ std::string escape_for_terminal(std::string_view s) {
       ++i;
       continue;
     }
-    if (cp == '\n') {
+    if (!whole && (cp == '\n' || cp == '\t' || cp == '\\')) {
+      out += static_cast<char>(cp);
+    } else if (cp == '\n') {
       out += "\\n";
     } else if (cp == '\t') {
       out += "\\t";
@@ -101,6 +105,12 @@ std::string escape_for_terminal(std::string_view s) {
   }
   return out;
 }
+
+}  // namespace
+
+std::string escape_for_terminal(std::string_view s) { return escape_terminal(s, true); }
+
+std::string terminal_safe(std::string_view message) { return escape_terminal(message, false); }
 
 std::string message_for_json(std::string_view message) {
   return is_valid_utf8(message) ? std::string(message) : utf8_or_escaped(message);

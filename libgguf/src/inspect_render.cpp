@@ -83,7 +83,7 @@ std::string render_text(const InspectReport& r, const RenderOptions& o) {
     const bool hashes = !r.tensors.empty() && r.tensors.front().xxh3.has_value();
     std::vector<std::string> header = {"name",  "type", "shape", "offset",
                                        "bytes", "bpw",  "role",  "layer"};
-    if (r.files.size() > 1) header.push_back("file");
+    if (r.files.size() > 1) header.push_back("shard");  // counted from 1, as in the shard names
     if (hashes) header.push_back("xxh3");
     Table t(header, {true, true, true, false, false, false, true});
     for (const auto& x : r.tensors) {

@@ -7,6 +7,8 @@
 #include <regex>
 #include <unordered_map>
 
+#include "gguf/escape.h"
+
 namespace gguf {
 
 std::optional<SplitName> parse_split_name(const std::string& path) {
@@ -109,7 +111,7 @@ Model Model::from_files(std::vector<std::shared_ptr<const GgufFile>> shards) {
         const TensorRef& prev = m.tensors_[it->second];
         throw Error(f.path(), tensor_object(t.name), t.info_offset,
                     fmt::format("tensor also defined in shard {} ('{}')", prev.shard + 1,
-                                prev.file->path()));
+                                escape_for_terminal(prev.file->path())));
       }
       m.tensors_.push_back({&f, s, &t});
     }

@@ -15,6 +15,7 @@
 #include <fstream>
 
 #include "gguf/error.h"
+#include "gguf/escape.h"
 #include "writer_internal.h"
 
 namespace gguf::detail {
@@ -124,8 +125,8 @@ OutputFile::OutputFile(std::string final_path, bool unnamed) : final_(std::move(
   fd_ = ::mkostemp(temp_.data(), O_CLOEXEC);
   if (fd_ < 0)
     throw Error(final_, {}, std::nullopt,
-                fmt::format("cannot create a temporary file in '{}': {}", parent_dir(final_),
-                            errno_text(errno)));
+                fmt::format("cannot create a temporary file in '{}': {}",
+                            escape_for_terminal(parent_dir(final_)), errno_text(errno)));
   slot_ = register_temp(temp_.c_str());
   // mkstemp creates 0600; the output should get the mode any new file would get.
   if (::fchmod(fd_, 0666 & ~current_umask()) != 0) {
@@ -187,12 +188,12 @@ uint64_t OutputFile::copy_range(int src_fd, const std::string& src_name, uint64_
       if (err == EINTR) continue;
       if (err == EXDEV || err == EINVAL || err == ENOSYS || err == EOPNOTSUPP || err == EBADF)
         return done;
-      fail(fmt::format("copying from '{}' failed", src_name), err);
+      fail(fmt::format("copying from '{}' failed", escape_for_terminal(src_name)), err);
     }
     if (k == 0)
       throw Error(final_, object_, pos_,
                   fmt::format("copying from '{}' failed: source ended at byte {}, {} bytes early",
-                              src_name, src_offset + done, n - done));
+                              escape_for_terminal(src_name), src_offset + done, n - done));
     done += static_cast<uint64_t>(k);
     pos_ += static_cast<uint64_t>(k);
   }
@@ -283,11 +284,11 @@ void OutputFile::commit(bool replace, bool keep_replaced) {
       throw Error(final_, {}, std::nullopt, "output file exists; use --force to replace it",
                   Error::Kind::kUsage);
     if (errno != EINVAL && errno != ENOSYS)
-      fail(fmt::format("cannot rename '{}' to the output path", temp_), errno);
+      fail(fmt::format("cannot rename '{}' to the output path", escape_for_terminal(temp_)), errno);
   }
   if (keep_replaced) keep_replaced_file();
   if (::rename(temp_.c_str(), final_.c_str()) != 0)
-    fail(fmt::format("cannot rename '{}' to the output path", temp_), errno);
+    fail(fmt::format("cannot rename '{}' to the output path", escape_for_terminal(temp_)), errno);
   committed_ = true;
   unregister_temp(slot_);
 }
@@ -322,14 +323,16 @@ void sync_parent_directory(const std::string& path) {
   const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (fd < 0)
     throw Error(path, {}, std::nullopt,
-                fmt::format("cannot open directory '{}' to sync it: {}", dir, errno_text(errno)));
+                fmt::format("cannot open directory '{}' to sync it: {}", escape_for_terminal(dir),
+                            errno_text(errno)));
   const int rc = ::fsync(fd);
   const int err = errno;
   ::close(fd);
   // Some file systems cannot sync a directory (EINVAL); the rename itself has happened.
   if (rc != 0 && err != EINVAL)
     throw Error(path, {}, std::nullopt,
-                fmt::format("fsync of directory '{}' failed: {}", dir, errno_text(err)));
+                fmt::format("fsync of directory '{}' failed: {}", escape_for_terminal(dir),
+                            errno_text(err)));
 }
 
 }  // namespace gguf::detail

@@ -33,17 +33,19 @@ inline std::string written_text(uint64_t before, uint64_t planned, const WriteRe
   return out;
 }
 
-// "bytes_before", "bytes_after", "output" (null on a dry run), "outputs" (a split set's every
-// shard) and "verified".
+// "bytes_before", "bytes_after", "output" (null on a dry run), "outputs" (every file written:
+// the output, or a split set's every shard; empty on a dry run, as gguf-splice's) and
+// "verified".
 inline void add_written_json(nlohmann::json& doc, uint64_t before, uint64_t planned,
                              const WriteResult* w) {
   using nlohmann::json;
   doc["bytes_before"] = before;
   doc["bytes_after"] = size_after(planned, w);
   doc["output"] = w ? json(utf8_or_escaped(w->paths.front())) : json(nullptr);
-  if (w && w->paths.size() > 1) {
+  if (!doc.contains("outputs")) {
     doc["outputs"] = json::array();
-    for (const auto& p : w->paths) doc["outputs"].push_back(utf8_or_escaped(p));
+    if (w)
+      for (const auto& p : w->paths) doc["outputs"].push_back(utf8_or_escaped(p));
   }
   doc["verified"] = w ? w->verified : false;
 }

@@ -9,11 +9,15 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
+#include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
 
 #include "gguf/error.h"
+#include "gguf/escape.h"
+#include "mapped_registry.h"
 
 namespace gguf {
 
@@ -24,6 +28,63 @@ std::span<const uint8_t> ByteSource::bytes(uint64_t offset, uint64_t len) const 
                             offset > size() ? 0 : size() - offset));
   return {base() + offset, static_cast<size_t>(len)};
 }
+
+namespace detail {
+namespace {
+
+struct MapSlot {
+  std::atomic<bool> taken{false};
+  std::atomic<const uint8_t*> base{nullptr};  // set last, cleared first: a slot is read by it
+  std::atomic<uint64_t> size{0};
+  std::atomic<const char*> name{nullptr};
+};
+std::array<MapSlot, 1024> g_maps;
+
+size_t append(char* buf, size_t size, size_t at, const char* s, size_t n) noexcept {
+  const size_t k = at < size ? std::min(n, size - at) : 0;
+  std::memcpy(buf + at, s, k);
+  return at + k;
+}
+
+}  // namespace
+
+int register_mapping(const uint8_t* base, uint64_t size, const char* name) noexcept {
+  for (size_t i = 0; i < g_maps.size(); ++i) {
+    bool expected = false;
+    if (!g_maps[i].taken.compare_exchange_strong(expected, true)) continue;
+    g_maps[i].size.store(size);
+    g_maps[i].name.store(name);
+    g_maps[i].base.store(base);
+    return static_cast<int>(i);
+  }
+  return -1;
+}
+
+void unregister_mapping(int slot) noexcept {
+  if (slot < 0) return;
+  g_maps[static_cast<size_t>(slot)].base.store(nullptr);
+  g_maps[static_cast<size_t>(slot)].taken.store(false);
+}
+
+size_t describe_mapped_address(const void* addr, char* buf, size_t size) noexcept {
+  const auto* p = static_cast<const uint8_t*>(addr);
+  for (const auto& m : g_maps) {
+    const uint8_t* base = m.base.load();
+    if (!base || p < base || static_cast<uint64_t>(p - base) >= m.size.load()) continue;
+    const char* name = m.name.load();
+    size_t at = append(buf, size, 0, name, std::strlen(name));
+    at = append(buf, size, at, ": at byte ", 10);
+    char digits[24];
+    size_t n = 0;
+    for (uint64_t v = static_cast<uint64_t>(p - base); n == 0 || v > 0; v /= 10)
+      digits[n++] = static_cast<char>('0' + v % 10);
+    while (n > 0) at = append(buf, size, at, &digits[--n], 1);
+    return at;
+  }
+  return 0;
+}
+
+}  // namespace detail
 
 namespace {
 
@@ -53,9 +114,12 @@ class FileSource final : public ByteSource {
         throw Error(path, {}, std::nullopt, fmt::format("cannot map: {}", std::strerror(err)));
       }
       map_ = static_cast<const uint8_t*>(p);
+      bus_name_ = escape_for_terminal(path);
+      map_slot_ = detail::register_mapping(map_, size_, bus_name_.c_str());
     }
   }
   ~FileSource() override {
+    detail::unregister_mapping(map_slot_);
     if (map_) ::munmap(const_cast<uint8_t*>(map_), static_cast<size_t>(size_));
     ::close(fd_);
   }
@@ -82,6 +146,8 @@ class FileSource final : public ByteSource {
   int fd_ = -1;
   uint64_t size_ = 0, dev_ = 0, ino_ = 0;
   const uint8_t* map_ = nullptr;
+  std::string bus_name_;  // the path escaped, for a SIGBUS message (see mapped_registry.h)
+  int map_slot_ = -1;
 };
 
 class MemorySource final : public ByteSource {

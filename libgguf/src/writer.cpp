@@ -13,9 +13,12 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <climits>
+#include <filesystem>
 #include <future>
 #include <new>
 #include <optional>
+#include <system_error>
 #include <unordered_set>
 
 #include "gguf/escape.h"
@@ -168,7 +171,31 @@ std::vector<Identity> input_identities(const Plan& plan, const WriteOptions& o) 
   return ids;
 }
 
+// Whether the output path, or a symbolic link on the way to it, leads into /proc: /dev/stdout
+// and /dev/fd/N are open descriptors, not files. The output would replace the link (a rename
+// over it), and what it points at would never get it.
+bool leads_into_proc(const std::string& out) {
+  namespace fs = std::filesystem;
+  fs::path p = out;
+  for (int hop = 0; hop < 40; ++hop) {
+    std::error_code ec;
+    const fs::path dir = fs::weakly_canonical(fs::absolute(p, ec).parent_path(), ec);
+    if (!ec && (dir == "/proc" || dir.string().starts_with("/proc/"))) return true;
+    struct stat l {};
+    if (::lstat(p.c_str(), &l) != 0 || !S_ISLNK(l.st_mode)) return false;
+    const fs::path target = fs::read_symlink(p, ec);
+    if (ec) return false;
+    p = target.is_absolute() ? target : p.parent_path() / target;
+  }
+  return false;
+}
+
 void check_output_path(const std::string& out, const std::vector<Identity>& inputs, bool force) {
+  if (leads_into_proc(out))
+    throw Error(out, {}, std::nullopt,
+                "output path leads into /proc (an open file descriptor such as /dev/stdout, not "
+                "a file); refusing to replace it (give a file path)",
+                Error::Kind::kUsage);
   struct stat st {};
   if (::stat(out.c_str(), &st) == 0) {
     for (const auto& in : inputs)
@@ -203,6 +230,15 @@ void check_output_path(const std::string& out, const std::vector<Identity>& inpu
     throw Error(out, {}, std::nullopt,
                 fmt::format("cannot create the output in directory '{}': {}",
                             escape_for_terminal(dir), detail::errno_text(err)));
+  // The rename at the very end would fail on a name the file system cannot hold.
+  const std::string name = std::filesystem::path(out).filename().string();
+  long name_max = ::pathconf(dir.c_str(), _PC_NAME_MAX);
+  if (name_max <= 0) name_max = NAME_MAX;
+  if (name.size() > static_cast<size_t>(name_max))
+    throw Error(out, {}, std::nullopt,
+                fmt::format("output file name is {} bytes long; the file system of '{}' allows at "
+                            "most {}",
+                            name.size(), escape_for_terminal(dir), name_max));
   struct stat lst {};
   if (!force && ::lstat(out.c_str(), &lst) == 0)
     throw Error(out, {}, std::nullopt, "output file exists; use --force to replace it",
@@ -348,8 +384,17 @@ class Streamer {
 // Re-opens a written file through the validated reader (its own descriptor and mapping, so
 // it stays readable while the writer's descriptor is synced and closed).
 std::shared_ptr<const GgufFile> open_written(const OutputFile& out) {
+  std::shared_ptr<const ByteSource> source;
   try {
-    return GgufFile::open(out.temp_path());
+    source = open_file_source(out.temp_path());
+  } catch (const Error& e) {
+    // Out of descriptors or address space (ulimit -n, ulimit -v): nothing is known to be wrong
+    // with the file, but it could not be checked, so it is not kept.
+    throw Error(out.path(), {}, std::nullopt,
+                fmt::format("cannot read the written file back to verify it: {}", e.message()));
+  }
+  try {
+    return GgufFile::parse(source);
   } catch (const Error& e) {
     throw Error(
         out.path(), e.object(), e.offset(),
@@ -566,6 +611,14 @@ WriteResult write_plan(const Plan& plan, const std::string& path, const WriteOpt
   } catch (const Error& e) {
     if (e.path().empty()) throw e.with_context(path);
     throw;
+  } catch (const std::system_error& e) {
+    // std::thread's failure to start a worker (ulimit -u, or -v leaving no room for a stack).
+    if (e.code() == std::errc::resource_unavailable_try_again)
+      throw Error(path, {}, std::nullopt,
+                  fmt::format("writing failed: {}: the system refused a worker thread (process "
+                              "or memory limits); fewer --threads may fit",
+                              e.what()));
+    throw Error(path, {}, std::nullopt, fmt::format("writing failed: {}", e.what()));
   } catch (const std::exception& e) {
     throw Error(path, {}, std::nullopt, fmt::format("writing failed: {}", e.what()));
   }

@@ -26,10 +26,14 @@ std::string slurp(const std::string& path) {
 
 CliResult run_cli(const std::string& tool, const std::vector<std::string>& args,
                   const std::string& stdout_path) {
+  return run_program(std::string(GGUF_TOOLS_DIR) + "/" + tool, args, stdout_path);
+}
+
+CliResult run_program(const std::string& exe, const std::vector<std::string>& args,
+                      const std::string& stdout_path, const std::string& stderr_path) {
   TempDir dir;
   const std::string out = stdout_path.empty() ? dir.file("stdout") : stdout_path;
-  const std::string err = dir.file("stderr");
-  const std::string exe = std::string(GGUF_TOOLS_DIR) + "/" + tool;
+  const std::string err = stderr_path.empty() ? dir.file("stderr") : stderr_path;
   const pid_t pid = fork();
   if (pid < 0) throw std::runtime_error("fork failed");
   if (pid == 0) {
@@ -41,14 +45,15 @@ CliResult run_cli(const std::string& tool, const std::vector<std::string>& args,
     argv.push_back(const_cast<char*>(exe.c_str()));
     for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
     argv.push_back(nullptr);
-    execv(exe.c_str(), argv.data());
+    // A name without a slash is looked up in PATH (e.g. "node").
+    execvp(exe.c_str(), argv.data());
     _exit(127);
   }
   int status = 0;
   waitpid(pid, &status, 0);
   CliResult r;
   if (stdout_path.empty()) r.out = slurp(out);
-  r.err = slurp(err);
+  if (stderr_path.empty()) r.err = slurp(err);
   r.code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
   return r;
 }

@@ -16,6 +16,11 @@ struct CliResult {
 CliResult run_cli(const std::string& tool, const std::vector<std::string>& args,
                   const std::string& stdout_path = {});
 
+// The same for any program: a path, or a name looked up in PATH; code 127 when it cannot run.
+// With stderr_path (e.g. "/dev/full"), stderr goes there instead of into CliResult::err.
+CliResult run_program(const std::string& exe, const std::vector<std::string>& args,
+                      const std::string& stdout_path = {}, const std::string& stderr_path = {});
+
 // "/proc/PID/fd/N" for a file that process PID (0: this one) has open inside dir, such as the
 // writer's unnamed O_TMPFILE output (its link reads "DIR/#INODE (deleted)"); "" when none.
 std::string open_file_in(int pid, const std::string& dir);

@@ -19,6 +19,14 @@ namespace po = boost::program_options;
 
 std::string_view version();
 
+// Writes text to stderr, ignoring failure: a diagnostic that cannot be shown (stderr closed or
+// on a full disk) must neither fail the work nor crash the tool, as fmt::print would by throwing.
+void print_stderr(std::string_view text);
+template <class... T>
+void eprint(fmt::format_string<T...> format, T&&... args) {
+  print_stderr(fmt::format(format, std::forward<T>(args)...));
+}
+
 // Runs body and maps failures to "tool: error: message" on stderr: gguf::Error of input kind
 // and I/O failures exit with failure_code (1; gguf-diff uses 2), usage errors and
 // Boost.Program_options errors with 2. Also installs signal handlers: SIGINT, SIGTERM and

@@ -11,6 +11,12 @@ namespace gguf {
 // reaches a terminal.
 std::string escape_for_terminal(std::string_view s);
 
+// A message for a terminal whose untrusted parts should already be escaped: a safety net that
+// escapes what escape_for_terminal would (invalid UTF-8, controls, DEL, C1, bidi) except the
+// newline, the tab and the backslash, which the message's own text may hold. Text without such
+// bytes comes back unchanged.
+std::string terminal_safe(std::string_view message);
+
 // Valid UTF-8 passes through unchanged except the backslash, which is doubled; each byte of
 // an invalid sequence becomes the four characters "\xNN". So the JSON document stays valid,
 // no byte is lost silently, and different byte strings never look the same (the raw byte
