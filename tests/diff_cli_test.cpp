@@ -9,6 +9,8 @@
 #include <nlohmann/json.hpp>
 
 #include "diff_fixture.h"
+#include "gguf/synth.h"
+#include "gguf/writer.h"
 
 namespace gguf {
 namespace {
@@ -69,6 +71,17 @@ TEST(diff_cli, unwritable_stdout_is_trouble) {
     EXPECT_EQ(r.err,
               "gguf-diff: error: cannot write to standard output: no space left on device\n");
   }
+  // A report larger than stdio's buffer fails while it is written, not only at the end: the
+  // reason is still given.
+  TempDir dir;
+  MoeSpec spec;
+  write_plan(synth_moe_plan(uniform_types(spec, GgmlType::Q8_0)), dir.file("a.gguf"), {});
+  write_plan(synth_moe_plan(uniform_types(spec, GgmlType::Q4_0)), dir.file("b.gguf"), {});
+  const std::vector<std::string> args = {"--values", dir.file("a.gguf"), dir.file("b.gguf")};
+  const CliResult r = run_cli("gguf-diff", args, "/dev/full");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(r.err, "gguf-diff: error: cannot write to standard output: no space left on device\n");
+  EXPECT_GT(run_cli("gguf-diff", args).out.size(), 8192u);
 }
 
 TEST(diff_cli, identical_files_exit_0) {

@@ -2,9 +2,11 @@
 // people and for scripts. Exit status as diff(1): 0 identical, 1 different, 2 trouble.
 #include <fmt/format.h>
 
+#include <cerrno>
 #include <cstdio>
 #include <optional>
 #include <string>
+#include <system_error>
 #include <vector>
 
 #include "gguf/cli.h"
@@ -96,7 +98,9 @@ int run(int argc, char** argv) {
     const gguf::DiffRenderOptions render{vm.count("all") > 0, !vm.count("no-summary")};
     const std::string out =
         json ? gguf::render_diff_json(report, render) : gguf::render_diff_text(report, render);
-    std::fwrite(out.data(), 1, out.size(), stdout);
+    // As fmt::print fails (run_tool reports it with the reason).
+    if (std::fwrite(out.data(), 1, out.size(), stdout) != out.size() || std::fflush(stdout) != 0)
+      throw std::system_error(errno, std::generic_category(), "cannot write to file");
   }
   return report.identical ? 0 : 1;
 }
