@@ -107,6 +107,13 @@ class FileSource final : public ByteSource {
     // The map is made from the descriptor just checked, not from the path again (which could
     // name another file by now), and needs no descriptor of its own.
     if (size_ > 0) {
+      // Before the map: nothing after it may throw.
+      try {
+        bus_name_ = escape_for_terminal(path);
+      } catch (...) {
+        ::close(fd_);
+        throw;
+      }
       void* p = ::mmap(nullptr, static_cast<size_t>(size_), PROT_READ, MAP_SHARED, fd_, 0);
       if (p == MAP_FAILED) {
         const int err = errno;
@@ -114,7 +121,6 @@ class FileSource final : public ByteSource {
         throw Error(path, {}, std::nullopt, fmt::format("cannot map: {}", std::strerror(err)));
       }
       map_ = static_cast<const uint8_t*>(p);
-      bus_name_ = escape_for_terminal(path);
       map_slot_ = detail::register_mapping(map_, size_, bus_name_.c_str());
     }
   }
