@@ -454,6 +454,8 @@ class Checker {
           default:
             scan_blocks(l, p, ch.n_units, unit, ch.first_unit, h);
         }
+        // Scanned: the pages leave this process's memory (memory bounded by chunks).
+        ref.file->source().release(ref.data_start() + ch.first_unit * unit, ch.n_units * unit);
       }
     };
     tbb::task_arena arena(options_.threads ? static_cast<int>(options_.threads)

@@ -212,6 +212,7 @@ void hash_pairs(const std::vector<HashPair>& pairs, DiffReport& report, const Di
       if (cancel.load(std::memory_order_relaxed)) break;
       const size_t n = std::min(kChunk, data.size() - off);
       XXH3_64bits_update(state, data.data() + off, n);
+      u.t->file->source().release(u.t->data_start() + off, n);  // memory bounded by chunks
       const uint64_t d = done.fetch_add(n) + n;
       if (o.progress) o.progress(d, total);
     }
@@ -234,6 +235,13 @@ void hash_pairs(const std::vector<HashPair>& pairs, DiffReport& report, const Di
   }
 }
 
+// Bytes [off, off + n) of two tensors' payloads were read: their pages leave this process's
+// memory (they stay in the page cache), so a diff of 400 GB files stays at a few chunks.
+void release_both(const TensorRef& a, const TensorRef& b, uint64_t off, uint64_t n) {
+  a.file->source().release(a.data_start() + off, n);
+  b.file->source().release(b.data_start() + off, n);
+}
+
 // --paranoid: equal hashes are confirmed byte by byte (a manifest side has no bytes).
 void compare_bytes(const std::vector<HashPair>& pairs, DiffReport& report) {
   tbb::parallel_for(size_t{0}, pairs.size(), [&](size_t p) {
@@ -243,7 +251,9 @@ void compare_bytes(const std::vector<HashPair>& pairs, DiffReport& report) {
     constexpr size_t kChunk = size_t{16} << 20;
     for (size_t off = 0; off < x.size(); off += kChunk) {
       const size_t n = std::min(kChunk, x.size() - off);
-      if (std::memcmp(x.data() + off, y.data() + off, n) != 0) {
+      const bool differ = std::memcmp(x.data() + off, y.data() + off, n) != 0;
+      release_both(*pairs[p].a->ref, *pairs[p].b->ref, off, n);
+      if (differ) {
         t.change = TensorChange::kBytes;
         t.note = "bytes differ although the xxh3 hashes agree";
         return;
@@ -267,7 +277,9 @@ void classify_by_bytes(const std::vector<HashPair>& pairs, DiffReport& report) {
     constexpr size_t kChunk = size_t{1} << 20;
     for (size_t off = 0; off < x.size(); off += kChunk) {
       const size_t n = std::min(kChunk, x.size() - off);
-      if (std::memcmp(x.data() + off, y.data() + off, n) != 0) {
+      const bool differ = std::memcmp(x.data() + off, y.data() + off, n) != 0;
+      release_both(*p.a->ref, *p.b->ref, off, n);
+      if (differ) {
         report.tensors[p.diff].change = TensorChange::kBytes;
         return;
       }

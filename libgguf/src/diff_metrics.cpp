@@ -557,8 +557,14 @@ std::vector<ValueResult> measure_values(const std::vector<ValueJob>& jobs, unsig
         }
       }
       uint64_t bytes = 0;
-      for (const TensorRef* t : {job.a, job.b, job.ref})
-        if (t) bytes += t->data().size() * it.rows / g.nrows;
+      for (size_t s = 0; s < 3; ++s) {
+        const Source& x = src[it.job][s];
+        if (!x.t) continue;
+        bytes += x.t->data().size() * it.rows / g.nrows;
+        // Decoded: the pages leave this process's memory (memory bounded by chunks).
+        x.t->file->source().release(x.t->data_start() + it.row0 * x.row_bytes,
+                                    it.rows * x.row_bytes);
+      }
       const uint64_t d = done.fetch_add(bytes) + bytes;
       if (progress) progress(d, total);
     });

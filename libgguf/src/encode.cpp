@@ -131,6 +131,13 @@ Producer make_row_producer(uint64_t row_bytes, int64_t nrows, std::string tensor
       const size_t n = std::min<size_t>(out.size() - written, st->carry.size() - skip);
       std::memcpy(out.data() + written, st->carry.data() + skip, n);
       written += n;
+      // The tensor's last rows handed out: its buffer goes now, not when the whole plan has
+      // been written (a model has hundreds of tensors; each kept buffer would be 8 MiB).
+      if (skip + n == st->carry.size() &&
+          carry_begin + st->carry.size() == static_cast<uint64_t>(nrows) * rb) {
+        std::vector<uint8_t>().swap(st->carry);
+        st->carry_first_row = 0;
+      }
     }
   };
   return p;

@@ -135,10 +135,14 @@ class FileSource final : public ByteSource {
   void release(uint64_t offset, uint64_t len) const override {
     if (!map_ || offset >= size_) return;
     len = std::min(len, size_ - offset);
-    static const uint64_t page = static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
-    const uint64_t lo = offset & ~(page - 1);
-    ::madvise(const_cast<uint8_t*>(map_) + lo, static_cast<size_t>(offset + len - lo),
-              MADV_DONTNEED);
+    // Rounded out to 2 MiB windows: a read fault maps the cached pages around it (fault-around,
+    // and whole large page-cache folios, up to 2 MiB), so pages just before a range (released
+    // with the previous one) or after it would come back and stay. Measured: requant releasing
+    // 70 KiB row chunks kept 40 % of its input mapped with page rounding, a few MiB with this.
+    constexpr uint64_t kWindow = 2 * 1024 * 1024;
+    const uint64_t lo = offset & ~(kWindow - 1);
+    const uint64_t hi = std::min(size_, (offset + len + kWindow - 1) & ~(kWindow - 1));
+    ::madvise(const_cast<uint8_t*>(map_) + lo, static_cast<size_t>(hi - lo), MADV_DONTNEED);
   }
   std::optional<std::pair<uint64_t, uint64_t>> identity() const override {
     return std::pair<uint64_t, uint64_t>(dev_, ino_);
