@@ -13,6 +13,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <random>
 
 #include "gguf/error.h"
 #include "gguf/escape.h"
@@ -41,15 +42,17 @@ std::string name_pattern(const std::string& final_path, const char* tag = "tmp")
 }
 
 // Gives a file a second, unused name of the pattern: make(name) links or renames the file
-// to name (0 or -1 and errno, as the system calls); returns the name.
+// to name (0 or -1 and errno, as the system calls); returns the name. The pattern's trailing
+// XXXXXX become random characters; a name that is taken (EEXIST) is skipped. No probe file is
+// created first, so a process killed here leaves nothing behind.
 template <class Make>
 std::string fresh_name(const std::string& pattern, Make make, const auto& fail) {
+  static constexpr char kChars[] = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
+  thread_local std::mt19937_64 rng{std::random_device{}() ^ static_cast<uint64_t>(::getpid())};
   for (int attempt = 0; attempt < 1000; ++attempt) {
     std::string name = pattern;
-    const int probe = ::mkostemp(name.data(), O_CLOEXEC);  // picks an unused name ...
-    if (probe < 0) fail(errno);
-    ::close(probe);
-    ::unlink(name.c_str());  // ... which make() then takes
+    for (size_t i = name.size() - 6; i < name.size(); ++i)
+      name[i] = kChars[rng() % (sizeof kChars - 1)];
     if (make(name.c_str()) == 0) return name;
     if (errno != EEXIST) fail(errno);
   }
@@ -239,7 +242,10 @@ void OutputFile::keep_replaced_file() {
       [&](const char* name) {
         if (::linkat(AT_FDCWD, final_.c_str(), AT_FDCWD, name, 0) == 0) return 0;
         if (errno != EPERM && errno != EOPNOTSUPP && errno != EMLINK && errno != ENOSYS) return -1;
-        backup_moved_ = ::rename(final_.c_str(), name) == 0;
+        // Never over a file that has this name already (EEXIST: another name is tried).
+        int rc = ::renameat2(AT_FDCWD, final_.c_str(), AT_FDCWD, name, RENAME_NOREPLACE);
+        if (rc != 0 && (errno == EINVAL || errno == ENOSYS)) rc = ::rename(final_.c_str(), name);
+        backup_moved_ = rc == 0;
         return backup_moved_ ? 0 : -1;
       },
       [&](int err) {
