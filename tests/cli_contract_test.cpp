@@ -23,7 +23,6 @@ namespace {
 using gguf::diff_fixture::Fixture;
 using gguf::testing::CliResult;
 using gguf::testing::run_cli;
-using gguf::testing::run_program;
 using gguf::testing::TempDir;
 
 std::string scrub(std::string s, const std::string& dir) {
@@ -349,21 +348,20 @@ TEST(cli_contract, a_failing_stderr_neither_aborts_nor_fails_the_work) {
                    dir.file("q8.gguf"), {});
   // This run prints a note on stderr (checked first: re-encoding quantized tensors), which then
   // cannot be written.
-  const std::vector<std::string> args = {dir.file("q8.gguf"), "--type", "q4_0", "-o"};
-  CliResult r =
-      run_cli("gguf-requant", {args[0], args[1], args[2], args[3], dir.file("note.gguf")});
+  const auto requant = [&](const std::string& out, const std::string& stderr_path) {
+    return run_cli("gguf-requant", {dir.file("q8.gguf"), "--type", "q4_0", "-o", dir.file(out)}, {},
+                   stderr_path);
+  };
+  CliResult r = requant("note.gguf", {});
   ASSERT_EQ(r.code, 0) << r.err;
   ASSERT_NE(r.err.find("note:"), std::string::npos) << r.err;
-  r = run_program(std::string(GGUF_TOOLS_DIR) + "/gguf-requant",
-                  {args[0], args[1], args[2], args[3], dir.file("r.gguf")}, {}, "/dev/full");
+  r = requant("r.gguf", "/dev/full");
   EXPECT_EQ(r.code, 0);
   EXPECT_TRUE(std::filesystem::exists(dir.file("r.gguf")));
   // A failure whose message cannot be shown still exits with the failure's code.
-  r = run_program(std::string(GGUF_TOOLS_DIR) + "/gguf-inspect", {dir.file("missing.gguf")}, {},
-                  "/dev/full");
+  r = run_cli("gguf-inspect", {dir.file("missing.gguf")}, {}, "/dev/full");
   EXPECT_EQ(r.code, 1);
-  r = run_program(std::string(GGUF_TOOLS_DIR) + "/gguf-diff", {a, dir.file("missing.gguf")}, {},
-                  "/dev/full");
+  r = run_cli("gguf-diff", {a, dir.file("missing.gguf")}, {}, "/dev/full");
   EXPECT_EQ(r.code, 2);
 }
 

@@ -42,11 +42,9 @@ inline void add_written_json(nlohmann::json& doc, uint64_t before, uint64_t plan
   doc["bytes_before"] = before;
   doc["bytes_after"] = size_after(planned, w);
   doc["output"] = w ? json(utf8_or_escaped(w->paths.front())) : json(nullptr);
-  if (!doc.contains("outputs")) {
-    doc["outputs"] = json::array();
-    if (w)
-      for (const auto& p : w->paths) doc["outputs"].push_back(utf8_or_escaped(p));
-  }
+  doc["outputs"] = json::array();
+  if (w)
+    for (const auto& p : w->paths) doc["outputs"].push_back(utf8_or_escaped(p));
   doc["verified"] = w ? w->verified : false;
 }
 

@@ -25,8 +25,8 @@ std::string slurp(const std::string& path) {
 }  // namespace
 
 CliResult run_cli(const std::string& tool, const std::vector<std::string>& args,
-                  const std::string& stdout_path) {
-  return run_program(std::string(GGUF_TOOLS_DIR) + "/" + tool, args, stdout_path);
+                  const std::string& stdout_path, const std::string& stderr_path) {
+  return run_program(std::string(GGUF_TOOLS_DIR) + "/" + tool, args, stdout_path, stderr_path);
 }
 
 CliResult run_program(const std::string& exe, const std::vector<std::string>& args,

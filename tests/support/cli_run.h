@@ -14,7 +14,7 @@ struct CliResult {
 // Runs GGUF_TOOLS_DIR/<tool> with args (no shell; arguments passed as they are). With
 // stdout_path (e.g. "/dev/full"), stdout goes there instead of into CliResult::out.
 CliResult run_cli(const std::string& tool, const std::vector<std::string>& args,
-                  const std::string& stdout_path = {});
+                  const std::string& stdout_path = {}, const std::string& stderr_path = {});
 
 // The same for any program: a path, or a name looked up in PATH; code 127 when it cannot run.
 // With stderr_path (e.g. "/dev/full"), stderr goes there instead of into CliResult::err.
