@@ -73,8 +73,10 @@ struct Inputs {
   const gguf::Model *a, *b, *c, *d;
   uint64_t identity_bytes = 0;                             // payload bytes of A
   std::vector<const gguf::TensorRef*> decode_c, decode_d;  // what --values decodes
-  uint64_t values_elements = 0;       // elements decoded by the peer (both sides)
-  std::vector<double> paired_ratios;  // values diff / plain dequantize speed, pair by pair
+  uint64_t values_elements = 0;         // elements decoded by the peer (both sides)
+  std::vector<double> paired_ratios;    // values diff / plain dequantize speed, pair by pair
+  std::vector<double> paired_weighted;  // the same with the importance matrix
+  gguf::Imatrix importance;             // random per-column weights for every measured tensor
 };
 Inputs g;
 
@@ -172,37 +174,43 @@ void register_benchmarks() {
   })->UseRealTime();
   // Plain dequantize and the 1-thread values diff in alternation, each pair timed back to
   // back in alternating order, so that a change in the machine's load (it is shared) hits both
-  // sides of a ratio alike: the median of the pairs' ratios is the steadiest figure.
-  benchmark::RegisterBenchmark(
-      "diff/values_1t_vs_dequantize_paired",
-      [](benchmark::State& state) {
-        Floats buf;
-        using Clock = std::chrono::steady_clock;
-        const auto secs = [](Clock::time_point t0) {
-          return std::chrono::duration<double>(Clock::now() - t0).count();
-        };
-        for (auto _ : state) {
-          double plain = 0, values = 0;
-          for (int order = 0; order < 2; ++order) {
-            if (order == static_cast<int>(g.paired_ratios.size() % 2)) {
-              const auto t0 = Clock::now();
-              plain_decode(g.decode_c, buf, true);  // streaming, as the values diff
-              plain_decode(g.decode_d, buf, true);
-              plain = secs(t0);
-            } else {
-              gguf::DiffOptions o;
-              o.values = true;
-              o.threads = 1;
-              const auto t0 = Clock::now();
-              benchmark::DoNotOptimize(gguf::diff_models(*g.c, *g.d, o).decoded_elements);
-              values = secs(t0);
+  // sides of a ratio alike: the median of the pairs' ratios is the steadiest figure. Without
+  // and with an importance matrix (--imatrix: weighted sums).
+  for (const bool weighted : {false, true}) {
+    benchmark::RegisterBenchmark(
+        weighted ? "diff/values_weighted_1t_vs_dequantize_paired"
+                 : "diff/values_1t_vs_dequantize_paired",
+        [weighted](benchmark::State& state) {
+          Floats buf;
+          auto& ratios = weighted ? g.paired_weighted : g.paired_ratios;
+          using Clock = std::chrono::steady_clock;
+          const auto secs = [](Clock::time_point t0) {
+            return std::chrono::duration<double>(Clock::now() - t0).count();
+          };
+          for (auto _ : state) {
+            double plain = 0, values = 0;
+            for (int order = 0; order < 2; ++order) {
+              if (order == static_cast<int>(ratios.size() % 2)) {
+                const auto t0 = Clock::now();
+                plain_decode(g.decode_c, buf, true);  // streaming, as the values diff
+                plain_decode(g.decode_d, buf, true);
+                plain = secs(t0);
+              } else {
+                gguf::DiffOptions o;
+                o.values = true;
+                o.threads = 1;
+                if (weighted) o.importance = &g.importance;
+                const auto t0 = Clock::now();
+                benchmark::DoNotOptimize(gguf::diff_models(*g.c, *g.d, o).decoded_elements);
+                values = secs(t0);
+              }
             }
+            ratios.push_back(plain / values);
           }
-          g.paired_ratios.push_back(plain / values);
-        }
-      })
-      ->Iterations(15)
-      ->UseRealTime();
+        })
+        ->Iterations(15)
+        ->UseRealTime();
+  }
   for (unsigned threads : {1u, 2u}) {
     benchmark::RegisterBenchmark(
         fmt::format("diff/values_{}t", threads).c_str(),
@@ -272,11 +280,14 @@ void print_table(const gguf::bench::BestReporter& r) {
                v ? fmt::format("{:.1f}", *v) : "-", per ? fmt::format("{:.1f}", *per) : "-",
                gguf::bench::ratio_text(per, dec), gguf::bench::ratio_text(per, dec_stream));
   }
-  if (!g.paired_ratios.empty()) {
-    auto r = g.paired_ratios;
+  for (const bool weighted : {false, true}) {
+    auto r = weighted ? g.paired_weighted : g.paired_ratios;
+    if (r.empty()) continue;
     std::sort(r.begin(), r.end());
-    fmt::print("{:<28} {:>10} {:>14} {:>16}\n", "values_1t / streaming deq, paired", "", "",
-               fmt::format("{:.2f}x", r[r.size() / 2]));
+    fmt::print("{:<28} {:>10} {:>14} {:>16}\n",
+               weighted ? "values_1t --imatrix / streaming deq, paired"
+                        : "values_1t / streaming deq, paired",
+               "", "", fmt::format("{:.2f}x", r[r.size() / 2]));
     fmt::print("  (median of {} back-to-back pairs; lowest {:.2f}x, highest {:.2f}x)\n", r.size(),
                r.front(), r.back());
   }
@@ -336,6 +347,16 @@ int main(int argc, char** argv) {
       g.decode_c.push_back(c.find(t.name));
       g.decode_d.push_back(d.find(t.name));
       g.values_elements += 2 * c.find(t.name)->info->n_elements;
+      // Weights like an imatrix's: positive, a few columns far heavier than the rest.
+      const auto& shape = c.find(t.name)->info->shape;
+      gguf::ImatrixEntry e;
+      e.ne0 = shape[0];
+      e.n_mat = shape.size() > 2 ? shape[2] : 1;
+      std::mt19937_64 rng(e.ne0 * 31 + e.n_mat);
+      std::exponential_distribution<float> expo(1.0f);
+      e.values.resize(static_cast<size_t>(e.ne0 * e.n_mat));
+      for (auto& v : e.values) v = expo(rng);
+      g.importance.add(t.name, std::move(e));
     }
     if (!gguf::diff_models(a, b, {}).identical)
       throw gguf::Error(pb, {}, std::nullopt, "is not equal to " + pa);

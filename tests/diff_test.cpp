@@ -288,6 +288,48 @@ TEST(diff, every_sum_kernel_agrees_with_plain_loops) {
   }
 }
 
+// Rows whose weights repeat (one slice of an importance matrix for a run of rows) are summed
+// in one pass: the same metrics as the plain loops, for row lengths that are and are not a
+// multiple of the kernels' 64-element steps, runs shorter and longer than their blocks, a
+// chunk with a NaN (the careful path must index the weights by column) and tiny values (the
+// double path).
+TEST(diff, every_sum_kernel_sums_runs_of_rows_with_repeating_weights) {
+  for (const size_t ne0 : {64u, 256u, 320u, 96u, 37u, 2048u}) {
+    for (const size_t rows : {1u, 2u, 7u, 40u}) {
+      for (const int kind : {0, 1, 2}) {  // plain, a NaN in the middle, tiny values
+        SCOPED_TRACE(::testing::Message() << ne0 << " x " << rows << " kind " << kind);
+        auto base = perturbed(eighths(ne0 * rows, 3), 0.4, 1);
+        auto x = perturbed(base, 0.02, 5);
+        if (kind == 2)
+          for (size_t i = 0; i < base.size(); ++i) base[i] *= 1e-22f, x[i] *= 1e-22f;
+        std::vector<float> w(ne0);
+        for (size_t c = 0; c < ne0; ++c) w[c] = 0.25f * static_cast<float>(1 + (c * 7) % 11);
+        const size_t nan_at = base.size() / 2 + 3;
+        if (kind == 1) x[nan_at] = std::numeric_limits<float>::quiet_NaN();
+        std::vector<float> fb, fx;
+        std::vector<double> wd;
+        for (size_t i = 0; i < base.size(); ++i) {
+          if (kind == 1 && i == nan_at) continue;
+          fb.push_back(base[i]);
+          fx.push_back(x[i]);
+          wd.push_back(w[i % ne0]);
+        }
+        double w_sum = 0;
+        for (const float v : w) w_sum += v;
+        for (size_t k = 0; k < detail::sum_kernel_count(); ++k) {
+          SCOPED_TRACE(k);
+          ErrorMetrics m;
+          detail::accumulate_rows_with(k, base.data(), x.data(), rows, ne0, w.data(), w_sum, m);
+          EXPECT_EQ(m.count, fb.size());
+          EXPECT_EQ(m.nan_x, kind == 1 ? 1u : 0u);
+          expect_metrics(m, expected(fb, fx, wd), true,
+                         k == 0 || kind != 0 ? kDoubleSums : kFloatSums);
+        }
+      }
+    }
+  }
+}
+
 // The cosine stays accurate when the norms differ a lot or the vectors are nearly orthogonal,
 // where a dot product derived from the sums of squares cancels (B = 1e5 A gave 0.99924).
 TEST(diff, every_sum_kernel_keeps_the_cosine_accurate_when_norms_differ) {

@@ -42,5 +42,11 @@ void accumulate(const float* base, const float* x, size_t n, const float* w, Err
 size_t sum_kernel_count();
 void accumulate_with(size_t kernel, const float* base, const float* x, size_t n, const float* w,
                      ErrorMetrics& m);
+// rows x ne0 pairs whose weights (when w is given) repeat every row: w holds ne0 weights and
+// w_sum is their sum. The same as accumulate() on each row, in one pass.
+void accumulate_rows(const float* base, const float* x, size_t rows, size_t ne0, const float* w,
+                     double w_sum, ErrorMetrics& m);
+void accumulate_rows_with(size_t kernel, const float* base, const float* x, size_t rows, size_t ne0,
+                          const float* w, double w_sum, ErrorMetrics& m);
 
 }  // namespace gguf::detail

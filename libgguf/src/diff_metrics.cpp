@@ -83,7 +83,7 @@ namespace detail {
 namespace {
 
 struct Sums {
-  double d2 = 0, b2 = 0, x2 = 0, dot = 0, mx = 0, w = 0, wd2 = 0, wb2 = 0;
+  double d2 = 0, b2 = 0, x2 = 0, dot = 0, mx = 0, wd2 = 0, wb2 = 0;  // (the weights': SumsFn)
 };
 
 // The reference kernel: every product and sum in double. Independent lanes let the compiler
@@ -92,7 +92,7 @@ template <bool kWeighted, size_t kLanes>
 __attribute__((always_inline)) inline Sums double_sums(const float* base, const float* x, size_t n,
                                                        const float* w) {
   double d2[kLanes] = {}, b2[kLanes] = {}, x2[kLanes] = {}, mx[kLanes] = {}, dot[kLanes] = {};
-  double sw[kLanes] = {}, wd2[kLanes] = {}, wb2[kLanes] = {};
+  double wd2[kLanes] = {}, wb2[kLanes] = {};
   size_t i = 0;
   for (; i + kLanes <= n; i += kLanes) {
     for (size_t j = 0; j < kLanes; ++j) {
@@ -104,7 +104,6 @@ __attribute__((always_inline)) inline Sums double_sums(const float* base, const 
       mx[j] = ad > mx[j] ? ad : mx[j];
       if constexpr (kWeighted) {
         const double wt = w[i + j];
-        sw[j] += wt;
         wd2[j] += wt * d * d;
         wb2[j] += wt * a * a;
       }
@@ -117,7 +116,6 @@ __attribute__((always_inline)) inline Sums double_sums(const float* base, const 
     s.x2 += x2[j];
     s.dot += dot[j];
     s.mx = std::max(s.mx, mx[j]);
-    s.w += sw[j];
     s.wd2 += wd2[j];
     s.wb2 += wb2[j];
   }
@@ -129,7 +127,6 @@ __attribute__((always_inline)) inline Sums double_sums(const float* base, const 
     s.dot += a * b;
     s.mx = std::max(s.mx, std::fabs(d));
     if constexpr (kWeighted) {
-      s.w += w[i];
       s.wd2 += w[i] * d * d;
       s.wb2 += w[i] * a * a;
     }
@@ -151,7 +148,6 @@ __attribute__((always_inline)) inline Sums finish_float_sums(Sums s, const float
     s.b2 += t.b2;
     s.x2 += t.x2;
     s.mx = std::max(s.mx, t.mx);
-    s.w += t.w;
     s.wd2 += t.wd2;
     s.wb2 += t.wb2;
   }
@@ -171,12 +167,12 @@ __attribute__((always_inline)) inline Sums float_sums(const float* base, const f
   constexpr size_t kTerms = 16;  // per lane between flushes into double
   constexpr size_t kBlock = kLanes * kTerms;
   double D2[kLanes] = {}, B2[kLanes] = {}, X2[kLanes] = {};
-  double W[kLanes] = {}, WD2[kLanes] = {}, WB2[kLanes] = {};
+  double WD2[kLanes] = {}, WB2[kLanes] = {};
   float mx[kLanes] = {};
   size_t i = 0;
   for (; i + kBlock <= n; i += kBlock) {
     float d2[kLanes] = {}, b2[kLanes] = {}, x2[kLanes] = {};
-    float sw[kLanes] = {}, wd2[kLanes] = {}, wb2[kLanes] = {};
+    float wd2[kLanes] = {}, wb2[kLanes] = {};
     for (size_t k = 0; k < kBlock; k += kLanes) {
       for (size_t j = 0; j < kLanes; ++j) {
         const float a = base[i + k + j], b = x[i + k + j], d = b - a, ad = std::fabs(d);
@@ -186,7 +182,6 @@ __attribute__((always_inline)) inline Sums float_sums(const float* base, const f
         mx[j] = ad > mx[j] ? ad : mx[j];
         if constexpr (kWeighted) {
           const float wt = w[i + k + j], wdd = wt * d, wa = wt * a;
-          sw[j] += wt;
           wd2[j] += wdd * d;
           wb2[j] += wa * a;
         }
@@ -197,7 +192,6 @@ __attribute__((always_inline)) inline Sums float_sums(const float* base, const f
       B2[j] += b2[j];
       X2[j] += x2[j];
       if constexpr (kWeighted) {
-        W[j] += sw[j];
         WD2[j] += wd2[j];
         WB2[j] += wb2[j];
       }
@@ -209,7 +203,6 @@ __attribute__((always_inline)) inline Sums float_sums(const float* base, const f
     s.b2 += B2[j];
     s.x2 += X2[j];
     s.mx = std::max(s.mx, static_cast<double>(mx[j]));
-    s.w += W[j];
     s.wd2 += WD2[j];
     s.wb2 += WB2[j];
   }
@@ -248,11 +241,34 @@ double dot_double(const float* base, const float* x, size_t n) {
   return s;
 }
 
-using SumsFn = Sums (*)(const float*, const float*, size_t, const float*);
+// A kernel sums rows x ne0 pairs; the weights w, when given, hold ne0 values that repeat every
+// row (the importance of each column). The sum of the weights is not the kernels' work: the
+// caller has the sum of a row's weights.
+using SumsFn = Sums (*)(const float*, const float*, size_t rows, size_t ne0, const float*);
 
-Sums sums_double(const float* base, const float* x, size_t n, const float* w) {
+void add_sums(Sums& s, const Sums& t) {
+  s.d2 += t.d2;
+  s.b2 += t.b2;
+  s.x2 += t.x2;
+  s.dot += t.dot;
+  s.mx = std::max(s.mx, t.mx);
+  s.wd2 += t.wd2;
+  s.wb2 += t.wb2;
+}
+
+// A kernel of one run of pairs, applied to every row in turn when there are weights.
+template <Sums (*kRun)(const float*, const float*, size_t, const float*)>
+Sums row_by_row(const float* base, const float* x, size_t rows, size_t ne0, const float* w) {
+  if (!w) return kRun(base, x, rows * ne0, nullptr);
+  Sums s;
+  for (size_t r = 0; r < rows; ++r) add_sums(s, kRun(base + r * ne0, x + r * ne0, ne0, w));
+  return s;
+}
+
+Sums run_double(const float* base, const float* x, size_t n, const float* w) {
   return w ? double_sums<true, 8>(base, x, n, w) : double_sums<false, 8>(base, x, n, nullptr);
 }
+constexpr SumsFn sums_double = row_by_row<run_double>;
 
 // AVX-512 by hand: the compiler's version of float_sums spills its accumulators. Four zmm
 // per sum give enough independent FMA chains to hide their latency; VRANGEPS takes the
@@ -285,19 +301,16 @@ GGUF_AVX512 inline double total(const __m512d* v) {
   return _mm512_reduce_add_pd(_mm512_add_pd(v[0], v[1]));
 }
 
-template <bool kWeighted>
-GGUF_AVX512 Sums avx512_sums(const float* base, const float* x, size_t n, const float* w) {
+GGUF_AVX512 Sums avx512_sums(const float* base, const float* x, size_t n) {
   constexpr size_t kVec = 16, kUnroll = 4, kStep = kVec * kUnroll, kBlock = kStep * 16;
-  constexpr size_t kSums = kWeighted ? 6 : 3;
-  __m512d D[kSums][2];  // low and high halves of each float sum, widened
+  __m512d D[3][2];  // low and high halves of each float sum, widened
   for (auto& d : D) d[0] = d[1] = _mm512_setzero_pd();
   __m512 mx[kUnroll];
   for (auto& m : mx) m = _mm512_setzero_ps();
   size_t i = 0;
   for (; i + kBlock <= n; i += kBlock) {
-    __m512 d2[kUnroll], b2[kUnroll], x2[kUnroll], sw[kUnroll], wd2[kUnroll], wb2[kUnroll];
-    for (size_t u = 0; u < kUnroll; ++u)
-      d2[u] = b2[u] = x2[u] = sw[u] = wd2[u] = wb2[u] = _mm512_setzero_ps();
+    __m512 d2[kUnroll], b2[kUnroll], x2[kUnroll];
+    for (size_t u = 0; u < kUnroll; ++u) d2[u] = b2[u] = x2[u] = _mm512_setzero_ps();
     for (size_t k = i; k < i + kBlock; k += kStep) {
       for (size_t u = 0; u < kUnroll; ++u) {
         const __m512 a = _mm512_loadu_ps(base + k + u * kVec);
@@ -307,53 +320,105 @@ GGUF_AVX512 Sums avx512_sums(const float* base, const float* x, size_t n, const 
         b2[u] = _mm512_fmadd_ps(a, a, b2[u]);
         x2[u] = _mm512_fmadd_ps(b, b, x2[u]);
         mx[u] = _mm512_range_ps(mx[u], d, 0x0B);  // max |.|, sign cleared
-        if constexpr (kWeighted) {
-          const __m512 wt = _mm512_loadu_ps(w + k + u * kVec);
-          sw[u] = _mm512_add_ps(sw[u], wt);
-          wd2[u] = _mm512_fmadd_ps(_mm512_mul_ps(wt, d), d, wd2[u]);
-          wb2[u] = _mm512_fmadd_ps(_mm512_mul_ps(wt, a), a, wb2[u]);
-        }
       }
     }
     widen_into(fold4(d2), D[0]);
     widen_into(fold4(b2), D[1]);
     widen_into(fold4(x2), D[2]);
-    if constexpr (kWeighted) {
-      widen_into(fold4(sw), D[3]);
-      widen_into(fold4(wd2), D[4]);
-      widen_into(fold4(wb2), D[5]);
-    }
   }
   Sums s;
   s.d2 = total(D[0]);
   s.b2 = total(D[1]);
   s.x2 = total(D[2]);
-  if constexpr (kWeighted) {
-    s.w = total(D[3]);
-    s.wd2 = total(D[4]);
-    s.wb2 = total(D[5]);
-  }
   s.mx =
       _mm512_reduce_max_ps(_mm512_max_ps(_mm512_max_ps(mx[0], mx[1]), _mm512_max_ps(mx[2], mx[3])));
-  return finish_float_sums<kWeighted>(s, base, x, i, n, w);
+  return finish_float_sums<false>(s, base, x, i, n, nullptr);
 }
 
-GGUF_AVX512 Sums sums_avx512(const float* base, const float* x, size_t n, const float* w) {
-  return w ? avx512_sums<true>(base, x, n, w) : avx512_sums<false>(base, x, n, nullptr);
+// Weighted sums over whole rows at once, the weights starting again every ne0 elements (a
+// multiple of the 64 elements of a step, so a step never straddles two rows): no horizontal
+// sums and checks per row, and no sum of the weights, which the caller has (one operation
+// fewer per 16 pairs). The squares are formed once and both added plainly and weighted, which
+// moves two of the products onto the adders: 9 vector operations per 16 pairs instead of 10,
+// 5 of them products instead of 8.
+GGUF_AVX512 Sums weighted_rows_avx512(const float* base, const float* x, size_t n, size_t ne0,
+                                      const float* w) {
+  constexpr size_t kVec = 16, kUnroll = 4, kStep = kVec * kUnroll, kBlock = kStep * 16;
+  __m512d D[5][2];  // |b-a|^2, |a|^2, |b|^2, w|b-a|^2, w|a|^2, each widened in two halves
+  for (auto& d : D) d[0] = d[1] = _mm512_setzero_pd();
+  __m512 mx[kUnroll];
+  for (auto& m : mx) m = _mm512_setzero_ps();
+  size_t i = 0, wi = 0;  // wi: i's column
+  for (; i + kBlock <= n; i += kBlock) {
+    __m512 d2[kUnroll], b2[kUnroll], x2[kUnroll], wd2[kUnroll], wb2[kUnroll];
+    for (size_t u = 0; u < kUnroll; ++u)
+      d2[u] = b2[u] = x2[u] = wd2[u] = wb2[u] = _mm512_setzero_ps();
+    for (size_t k = i; k < i + kBlock; k += kStep) {
+      for (size_t u = 0; u < kUnroll; ++u) {
+        const __m512 a = _mm512_loadu_ps(base + k + u * kVec);
+        const __m512 b = _mm512_loadu_ps(x + k + u * kVec);
+        const __m512 wt = _mm512_loadu_ps(w + wi + u * kVec);
+        const __m512 d = _mm512_sub_ps(b, a);
+        const __m512 dd = _mm512_mul_ps(d, d), aa = _mm512_mul_ps(a, a);
+        d2[u] = _mm512_add_ps(d2[u], dd);
+        wd2[u] = _mm512_fmadd_ps(wt, dd, wd2[u]);
+        b2[u] = _mm512_add_ps(b2[u], aa);
+        wb2[u] = _mm512_fmadd_ps(wt, aa, wb2[u]);
+        x2[u] = _mm512_fmadd_ps(b, b, x2[u]);
+        mx[u] = _mm512_range_ps(mx[u], d, 0x0B);
+      }
+      wi += kStep;
+      if (wi == ne0) wi = 0;
+    }
+    widen_into(fold4(d2), D[0]);
+    widen_into(fold4(b2), D[1]);
+    widen_into(fold4(x2), D[2]);
+    widen_into(fold4(wd2), D[3]);
+    widen_into(fold4(wb2), D[4]);
+  }
+  Sums s;
+  s.d2 = total(D[0]);
+  s.b2 = total(D[1]);
+  s.x2 = total(D[2]);
+  s.wd2 = total(D[3]);
+  s.wb2 = total(D[4]);
+  s.mx =
+      _mm512_reduce_max_ps(_mm512_max_ps(_mm512_max_ps(mx[0], mx[1]), _mm512_max_ps(mx[2], mx[3])));
+  // The rest (less than a block) in double, a piece of a row at a time.
+  while (i < n) {
+    const size_t len = std::min(n - i, ne0 - wi);
+    add_sums(s, double_sums<true, 1>(base + i, x + i, len, w + wi));
+    i += len;
+    wi = 0;
+  }
+  s.dot = (s.b2 + s.x2 - s.d2) / 2;
+  return s;
+}
+
+GGUF_AVX512 Sums sums_avx512(const float* base, const float* x, size_t rows, size_t ne0,
+                             const float* w) {
+  if (!w) return avx512_sums(base, x, rows * ne0);
+  if (rows == 1 || ne0 % 64 == 0) return weighted_rows_avx512(base, x, rows * ne0, ne0, w);
+  Sums s;
+  for (size_t r = 0; r < rows; ++r)
+    add_sums(s, weighted_rows_avx512(base + r * ne0, x + r * ne0, ne0, ne0, w));
+  return s;
 }
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic pop
 #endif
 #undef GGUF_AVX512
 
-__attribute__((target("avx2,fma"))) Sums sums_avx2(const float* base, const float* x, size_t n,
-                                                   const float* w) {
+__attribute__((target("avx2,fma"))) Sums run_avx2(const float* base, const float* x, size_t n,
+                                                  const float* w) {
   return w ? float_sums<true, 32>(base, x, n, w) : float_sums<false, 32>(base, x, n, nullptr);
 }
+constexpr SumsFn sums_avx2 = row_by_row<run_avx2>;
 
-Sums sums_float(const float* base, const float* x, size_t n, const float* w) {
+Sums run_float(const float* base, const float* x, size_t n, const float* w) {
   return w ? float_sums<true, 16>(base, x, n, w) : float_sums<false, 16>(base, x, n, nullptr);
 }
+constexpr SumsFn sums_float = row_by_row<run_float>;
 
 // The kernels this CPU can run: the double reference first, then the fast float kernels,
 // plainest first; the last is the one used.
@@ -374,7 +439,7 @@ const std::vector<SumsFn>& kernels() {
 
 // The careful path, taken only for chunks holding a NaN or an infinity: such pairs are counted
 // and left out of the sums so one bad element does not turn every metric into NaN.
-void accumulate_checked(const float* base, const float* x, size_t n, const float* w,
+void accumulate_checked(const float* base, const float* x, size_t n, const float* w, size_t ne0,
                         ErrorMetrics& m) {
   for (size_t i = 0; i < n; ++i) {
     const bool fa = std::isfinite(base[i]), fx = std::isfinite(x[i]);
@@ -389,9 +454,10 @@ void accumulate_checked(const float* base, const float* x, size_t n, const float
     m.max_abs = std::max(m.max_abs, std::fabs(d));
     ++m.count;
     if (w) {
-      m.sum_w += w[i];
-      m.sum_w_sq_diff += w[i] * d * d;
-      m.sum_w_sq_base += w[i] * a * a;
+      const double wt = w[i % ne0];
+      m.sum_w += wt;
+      m.sum_w_sq_diff += wt * d * d;
+      m.sum_w_sq_base += wt * a * a;
     }
   }
 }
@@ -406,16 +472,30 @@ void accumulate(const float* base, const float* x, size_t n, const float* w, Err
 
 void accumulate_with(size_t kernel, const float* base, const float* x, size_t n, const float* w,
                      ErrorMetrics& m) {
+  double w_sum = 0;
+  if (w)
+    for (size_t i = 0; i < n; ++i) w_sum += w[i];
+  accumulate_rows_with(kernel, base, x, 1, n, w, w_sum, m);
+}
+
+void accumulate_rows(const float* base, const float* x, size_t rows, size_t ne0, const float* w,
+                     double w_sum, ErrorMetrics& m) {
+  accumulate_rows_with(kernels().size() - 1, base, x, rows, ne0, w, w_sum, m);
+}
+
+void accumulate_rows_with(size_t kernel, const float* base, const float* x, size_t rows, size_t ne0,
+                          const float* w, double w_sum, ErrorMetrics& m) {
+  const size_t n = rows * ne0;
   if (w) m.weighted = true;
-  Sums s = kernels().at(kernel)(base, x, n, w);
+  Sums s = kernels().at(kernel)(base, x, rows, ne0, w);
   // Squares of non-finite inputs are non-finite (so are float squares and differences that
   // overflow), so these sums tell whether the chunk needs the careful path.
   if (!std::isfinite(s.b2 + s.x2 + s.d2)) {
-    accumulate_checked(base, x, n, w, m);
+    accumulate_checked(base, x, n, w, ne0, m);
     return;
   }
   if (kernel != 0 && !float_sums_are_exact_enough(s, n, w != nullptr))
-    s = sums_double(base, x, n, w);
+    s = sums_double(base, x, rows, ne0, w);
   else if (kernel != 0 && s.b2 + s.x2 + s.d2 > kDotCancellation * std::sqrt(s.b2 * s.x2))
     s.dot = dot_double(base, x, n);
   m.count += n;
@@ -424,7 +504,7 @@ void accumulate_with(size_t kernel, const float* base, const float* x, size_t n,
   m.sum_sq_x += s.x2;
   m.sum_dot += s.dot;
   m.max_abs = std::max(m.max_abs, s.mx);
-  m.sum_w += s.w;
+  if (w) m.sum_w += static_cast<double>(rows) * w_sum;
   m.sum_w_sq_diff += s.wd2;
   m.sum_w_sq_base += s.wb2;
 }
@@ -485,18 +565,32 @@ void decode_rows(const Source& s, uint64_t ne0, uint64_t row0, uint64_t rows, Fl
   s.decode(s.t->data().data() + row0 * s.row_bytes, out.data(), static_cast<int64_t>(rows * ne0));
 }
 
-// Row by row, so that each row gets its own slice of the importance weights.
-void accumulate_rows(const Floats& base, const Floats& x, const ValueJob& job, const Geometry& g,
-                     uint64_t row0, uint64_t rows, ErrorMetrics& m) {
+// The sum of each slice of a job's weights (one per expert matrix, or one), for Sums::w.
+std::vector<double> slice_sums(const ValueJob& job, uint64_t ne0) {
+  std::vector<double> out;
+  if (job.weights.empty() || ne0 == 0) return out;
+  out.resize(job.weights.size() / ne0);
+  for (size_t s = 0; s < out.size(); ++s)
+    for (uint64_t c = 0; c < ne0; ++c) out[s] += job.weights[s * ne0 + c];
+  return out;
+}
+
+// In runs of rows that share one slice of the importance weights (rows of one expert matrix).
+void accumulate_rows(const Floats& base, const Floats& x, const ValueJob& job,
+                     const std::vector<double>& w_sums, const Geometry& g, uint64_t row0,
+                     uint64_t rows, ErrorMetrics& m) {
   if (job.weights.empty()) {
     accumulate(base.data(), x.data(), base.size(), nullptr, m);
     return;
   }
   const uint64_t slices = job.weights.size() / g.ne0;
-  for (uint64_t r = 0; r < rows; ++r) {
+  for (uint64_t r = 0; r < rows;) {
     const uint64_t slice = slices == 1 ? 0 : (row0 + r) / g.ne1;
-    accumulate(base.data() + r * g.ne0, x.data() + r * g.ne0, g.ne0,
-               job.weights.data() + slice * g.ne0, m);
+    const uint64_t run =
+        slices == 1 ? rows - r : std::min(rows - r, (slice + 1) * g.ne1 - row0 - r);
+    detail::accumulate_rows(base.data() + r * g.ne0, x.data() + r * g.ne0, run, g.ne0,
+                            job.weights.data() + slice * g.ne0, w_sums[slice], m);
+    r += run;
   }
 }
 
@@ -507,9 +601,11 @@ std::vector<ValueResult> measure_values(const std::vector<ValueJob>& jobs, unsig
   std::vector<Item> items;
   std::vector<Geometry> geo(jobs.size());
   std::vector<std::array<Source, 3>> src(jobs.size());  // a, b, ref
+  std::vector<std::vector<double>> w_sums(jobs.size());
   uint64_t total = 0;
   for (size_t j = 0; j < jobs.size(); ++j) {
     geo[j] = geometry(*jobs[j].a->info);
+    w_sums[j] = slice_sums(jobs[j], geo[j].ne0);
     src[j] = {source_of(jobs[j].a, geo[j].ne0), source_of(jobs[j].b, geo[j].ne0),
               source_of(jobs[j].ref, geo[j].ne0)};
     const uint64_t per = std::max<uint64_t>(1, kChunkElements / std::max<uint64_t>(1, geo[j].ne0));
@@ -549,11 +645,11 @@ std::vector<ValueResult> measure_values(const std::vector<ValueJob>& jobs, unsig
         const uint64_t n = std::min(per, it.row0 + it.rows - r);
         decode_rows(src[it.job][0], g.ne0, r, n, buf.a);
         decode_rows(src[it.job][1], g.ne0, r, n, buf.b);
-        if (job.measure_ab) accumulate_rows(buf.a, buf.b, job, g, r, n, sums[0]);
+        if (job.measure_ab) accumulate_rows(buf.a, buf.b, job, w_sums[it.job], g, r, n, sums[0]);
         if (job.ref) {
           decode_rows(src[it.job][2], g.ne0, r, n, buf.ref);
-          accumulate_rows(buf.ref, buf.a, job, g, r, n, sums[1]);
-          accumulate_rows(buf.ref, buf.b, job, g, r, n, sums[2]);
+          accumulate_rows(buf.ref, buf.a, job, w_sums[it.job], g, r, n, sums[1]);
+          accumulate_rows(buf.ref, buf.b, job, w_sums[it.job], g, r, n, sums[2]);
         }
       }
       uint64_t bytes = 0;
