@@ -31,9 +31,10 @@ using testing::TempDir;
 // Header text (padded as given) after its 8-byte length, then data.
 std::vector<uint8_t> raw_file(const std::string& header, const std::vector<uint8_t>& data = {},
                               std::optional<uint64_t> length = std::nullopt) {
-  std::vector<uint8_t> out(8);
+  std::vector<uint8_t> out;
+  out.reserve(8 + header.size() + data.size());
   const uint64_t n = length.value_or(header.size());
-  for (int i = 0; i < 8; ++i) out[static_cast<size_t>(i)] = static_cast<uint8_t>(n >> (8 * i));
+  for (int i = 0; i < 8; ++i) out.push_back(static_cast<uint8_t>(n >> (8 * i)));
   out.insert(out.end(), header.begin(), header.end());
   out.insert(out.end(), data.begin(), data.end());
   return out;
