@@ -184,6 +184,48 @@ TEST(requant, integer_tensors_are_never_encoded) {
   }
 }
 
+// What llama-quantize never quantizes is copied: biases (2-D ones too), shapes whose
+// trailing 1s make them look 2-D, and the small special weights (a [4, 8192] Mamba
+// convolution used to fail q4_K's row-length check, where llama-quantize keeps it f32).
+TEST(requant, tensors_llama_quantize_keeps_are_copied) {
+  TempDir dir;
+  Plan plan;
+  plan.metadata.set("general.architecture", Value::string("llama"));
+  const auto f32 = [&](std::string name, std::vector<int64_t> shape) {
+    PlanTensor t;
+    t.name = std::move(name);
+    t.type_id = static_cast<uint32_t>(GgmlType::F32);
+    t.shape = std::move(shape);
+    t.bytes = 4;
+    for (int64_t d : t.shape) t.bytes *= static_cast<uint64_t>(d);
+    t.source = MemoryBytes{std::make_shared<const std::vector<uint8_t>>(t.bytes, uint8_t{0})};
+    plan.tensors.push_back(std::move(t));
+  };
+  f32("blk.0.ffn_gate_exps.bias", {256, 4});
+  f32("blk.0.attn_q.bias", {256, 1});
+  f32("blk.0.ffn_up.weight", {256, 1});
+  f32("blk.0.ssm_conv1d.weight", {4, 8192});
+  f32("blk.0.shortconv.conv.weight", {3, 256});
+  f32("blk.0.time_mix_w1.weight", {256, 32});
+  f32("blk.0.attn_rel_b.weight", {32, 8});
+  f32("blk.0.altup_proj.weight", {256, 4});
+  f32("blk.0.laurel_l.weight", {256, 4});
+  f32("per_layer_model_proj.weight", {256, 4});
+  f32("position_embd.weight", {256, 16});
+  f32("token_types.weight", {256, 2});
+  f32("v.position_embd.weight", {256, 16});
+  f32("blk.0.attn_k.weight", {256, 2});       // the one to encode
+  f32("blk.0.ffn_down.weight", {256, 2, 1});  // 2-D to ggml: encoded
+  const std::string path = dir.file("in.gguf");
+  write_plan(plan, path, {});
+  const auto r = requant(Model::open(path), {GgmlType::Q4_K, {}, nullptr, 1});
+  ASSERT_EQ(r.rows.size(), plan.tensors.size());
+  for (const auto& row : r.rows) {
+    const bool encoded = row.name == "blk.0.attn_k.weight" || row.name == "blk.0.ffn_down.weight";
+    EXPECT_EQ(row.action, encoded ? "encode" : "copy") << row.name;
+  }
+}
+
 // A run that would write a copy of its input is an error saying why, dry run or not.
 TEST(requant, nothing_to_re_encode_is_an_error) {
   TempDir dir;
@@ -199,7 +241,8 @@ TEST(requant, nothing_to_re_encode_is_an_error) {
   };
   EXPECT_EQ(message(GgmlType::Q8_0, {"norm"}),
             in + ": nothing to re-encode: the 13 selected tensors are never re-encoded (1-D "
-                 "tensors, norms, the router and integer tensors are always copied)");
+                 "tensors, biases, norms, the router, integer tensors and the small weights "
+                 "llama-quantize keeps are always copied)");
   EXPECT_EQ(message(GgmlType::F16, {}),
             in + ": nothing to re-encode: the 35 selected tensors that can be re-encoded are "
                  "already f16");
@@ -208,7 +251,8 @@ TEST(requant, nothing_to_re_encode_is_an_error) {
   EXPECT_EQ(r.code, 1);
   EXPECT_EQ(r.err, "gguf-requant: error: " + in +
                        ": nothing to re-encode: the 4 selected tensors are never re-encoded (1-D "
-                       "tensors, norms, the router and integer tensors are always copied)\n");
+                       "tensors, biases, norms, the router, integer tensors and the small "
+                       "weights llama-quantize keeps are always copied)\n");
   EXPECT_FALSE(std::filesystem::exists(dir.file("o.gguf")));
 }
 
@@ -695,6 +739,24 @@ TEST(requant, cli_reports_json_and_usage_errors) {
                            "\nTry 'gguf-requant --help' for more information.\n");
   }
   EXPECT_FALSE(std::filesystem::exists(dir.file("y.gguf")));
+  // Usage errors come first: exit 2 whether or not the input or the matrix can be opened.
+  res = run_cli("gguf-requant", {dir.file("missing.gguf"), "-o", dir.file("y.gguf"), "--type",
+                                 "q4_K", "--role", "nosuchrole"});
+  EXPECT_EQ(res.code, 2) << res.err;
+  res = run_cli("gguf-requant", {in, "-o", dir.file("y.gguf"), "--type", "q4_1", "--exact",
+                                 "--imatrix", dir.file("missing.dat")});
+  EXPECT_EQ(res.code, 2) << res.err;
+  EXPECT_NE(res.err.find("--imatrix has no use with --exact"), std::string::npos) << res.err;
+  // q8_1 can be written, with a note that llama.cpp cannot compute with it.
+  res = run_cli("gguf-requant",
+                {in, "-o", dir.file("q81.gguf"), "--type", "q8_1", "--role", "attn-proj"});
+  ASSERT_EQ(res.code, 0) << res.err;
+  EXPECT_NE(res.err.find("q8_1 is a type ggml uses only for activations"), std::string::npos)
+      << res.err;
+  res = run_cli("gguf-inspect", {"--check", dir.file("q81.gguf")});
+  EXPECT_EQ(res.code, 0) << res.out;  // a warning, not an error
+  EXPECT_NE(res.err.find("type q8_1 is one ggml uses only for activations"), std::string::npos)
+      << res.err;
 }
 
 }  // namespace

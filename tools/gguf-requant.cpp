@@ -100,6 +100,10 @@ int main(int argc, char** argv) {
           return written;
         };
 
+    // Usage errors first, whatever the inputs: exit 2 must not depend on whether a file opens.
+    if (exact && !imatrix_path.empty())
+      gguf::usage_error("--imatrix has no use with --exact: exact paths quantize nothing");
+    const gguf::Selector selector = sel.parse();
     const auto source = gguf::open_file_source(in);
     if (gguf::SafetensorsFile::sniff(*source) || in.ends_with(".safetensors")) {
       if (!imatrix_path.empty())
@@ -134,7 +138,7 @@ int main(int argc, char** argv) {
     const gguf::Model model = gguf::Model::open(in);
     std::optional<gguf::Imatrix> imatrix;
     if (!imatrix_path.empty()) imatrix = gguf::Imatrix::load(imatrix_path);
-    gguf::RequantOptions opt{*t, sel.parse(), imatrix ? &*imatrix : nullptr, threads, exact};
+    gguf::RequantOptions opt{*t, selector, imatrix ? &*imatrix : nullptr, threads, exact};
     gguf::RequantResult result = gguf::requant(model, opt);
     if (!quiet)
       for (const auto& note : result.notes)

@@ -276,6 +276,14 @@ class Checker {
       add(f, obj, t.info_offset,
           fmt::format("type id {} ({}) was removed from ggml, which refuses it", t.type_id,
                       tr->name));
+    else if (is_activation_only(static_cast<GgmlType>(t.type_id)))
+      // ggml's CPU backend has no matrix product or row lookup with these as weights: llama.cpp
+      // loads such a file, then crashes (SIGSEGV, or a fatal error in get_rows).
+      add(f, obj, t.info_offset,
+          fmt::format("type {} is one ggml uses only for activations: llama.cpp loads the file "
+                      "but crashes computing with this tensor",
+                      tr->name),
+          "warning");
     if (!t.bytes) return false;
     // The reader refuses the next two; a partially parsed file may still carry them.
     if (t.offset % f.alignment() != 0) {

@@ -69,7 +69,40 @@ class EnergyCache {
 }  // namespace
 
 bool is_quantizable(const TensorInfo& t, std::string_view arch) {
-  if (t.shape.size() < 2) return false;
+  // As llama.cpp's quantizer (llama-quant.cpp): ggml's dimension count, which ignores trailing
+  // 1s ([4096, 1] is a vector, as gguf-py may write it), and only tensors named "*weight"
+  // (biases, 2-D ones too such as gpt-oss's ffn_*_exps.bias, stay as they are).
+  int n_dims = static_cast<int>(t.shape.size());
+  while (n_dims > 1 && t.shape[n_dims - 1] == 1) --n_dims;
+  if (n_dims < 2) return false;
+  if (!t.name.ends_with("weight")) return false;
+  // Small or special 2-D weights llama.cpp never quantizes (Mamba and LFM2 convolutions,
+  // RWKV mixers, T5 relative-position biases, Gemma 3n's altup/laurel/per-layer projection,
+  // BERT position and token-type embeddings, multimodal position embeddings).
+  for (std::string_view part : {"ssm_conv1d.weight",
+                                "shortconv.conv.weight",
+                                "time_mix_first.weight",
+                                "time_mix_w0.weight",
+                                "time_mix_w1.weight",
+                                "time_mix_w2.weight",
+                                "time_mix_v0.weight",
+                                "time_mix_v1.weight",
+                                "time_mix_v2.weight",
+                                "time_mix_a0.weight",
+                                "time_mix_a1.weight",
+                                "time_mix_a2.weight",
+                                "time_mix_g1.weight",
+                                "time_mix_g2.weight",
+                                "time_mix_decay_w1.weight",
+                                "time_mix_decay_w2.weight",
+                                "time_mix_lerp_fused.weight",
+                                "attn_rel_b.weight",
+                                "altup",
+                                "laurel",
+                                "per_layer_model_proj",
+                                ".position_embd."})
+    if (t.name.find(part) != std::string::npos) return false;
+  if (t.name == "position_embd.weight" || t.name == "token_types.weight") return false;
   // Integer tensors (indices, positions, masks) are data, not weights: re-encoding them as
   // floats would change what they mean (and lose precision past 2^24), as llama-quantize knows.
   switch (static_cast<GgmlType>(t.type_id)) {
@@ -228,7 +261,8 @@ RequantResult requant(const Model& model, const RequantOptions& o) {
         model.path(), {}, std::nullopt,
         n_quantizable == 0
             ? fmt::format("nothing to re-encode: {} {} never re-encoded (1-D tensors, "
-                          "norms, the router and integer tensors are always copied)",
+                          "biases, norms, the router, integer tensors and the small weights "
+                          "llama-quantize keeps are always copied)",
                           the(n_selected), n_selected == 1 ? "is" : "are")
             : fmt::format("nothing to re-encode: {} that can be re-encoded {} already {}",
                           the(n_quantizable), n_quantizable == 1 ? "is" : "are", target.name));
@@ -240,6 +274,11 @@ RequantResult requant(const Model& model, const RequantOptions& o) {
                     target.name));
   if (lossy_note)
     r.notes.push_back("some tensors were already quantized: re-encoding them adds error");
+  if (is_activation_only(o.type))
+    r.notes.push_back(fmt::format(
+        "{} is a type ggml uses only for activations: llama.cpp loads this file but crashes "
+        "computing with its {} tensors",
+        target.name, target.name));
   // Truthful metadata: the file type of what holds most weights, and the quantization keys.
   set_file_type_keys(r.plan);
   // The quantize.imatrix.* keys say which matrix the file's tensors were encoded with: set only

@@ -74,6 +74,8 @@ std::string type_name(uint32_t id) {
 
 std::span<const GgmlType> active_types() { return kActive; }
 
+bool is_activation_only(GgmlType t) { return t == GgmlType::Q8_1 || t == GgmlType::Q8_K; }
+
 std::optional<uint64_t> row_bytes(GgmlType t, uint64_t n) {
   const TypeTraits& tr = traits(t);
   if (n % tr.block_size != 0) return std::nullopt;

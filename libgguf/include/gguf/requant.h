@@ -47,9 +47,11 @@ struct RequantResult {
   bool exact = false;              // planned with RequantOptions::exact
 };
 
-// True when requant may re-encode this tensor: two or more dimensions, not a norm, not the MoE
-// router (ffn_gate_inp), not an integer type (i8, i16, i32, i64); requant also needs it
-// selected.
+// True when requant may re-encode this tensor, by llama-quantize's rule: a name ending in
+// "weight", two or more dimensions as ggml counts them (trailing 1s do not count), not a norm,
+// not the MoE router (ffn_gate_inp), not one of the small weights llama.cpp never quantizes
+// (ssm_conv1d, time_mix_*, altup, ...), not an integer type (i8, i16, i32, i64); requant also
+// needs it selected.
 bool is_quantizable(const TensorInfo& t, std::string_view arch);
 
 // Builds the plan. Throws gguf::Error for a tensor whose row length does not fit the target

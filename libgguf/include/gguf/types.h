@@ -74,6 +74,10 @@ std::string type_name(uint32_t id);
 // All 35 active types, in id order.
 std::span<const GgmlType> active_types();
 
+// q8_1 and q8_K: types ggml uses only for activations (the other operand of a weight's dot
+// product). Its CPU backend cannot compute with a weight of either type.
+bool is_activation_only(GgmlType t);
+
 // Bytes of a row of n elements; nullopt if n is not a multiple of the block size.
 std::optional<uint64_t> row_bytes(GgmlType t, uint64_t n);
 
