@@ -631,6 +631,30 @@ TEST(requant, legacy_imatrix_with_a_partial_trailer_is_refused) {
   EXPECT_EQ(Imatrix::load(dir.file("im.dat")).size(), 1u);
 }
 
+// Finite values whose encoding gets a non-finite block scale (importance weights so large that
+// the encoder's float sums overflow: ggml writes NaN scales, llama-quantize refuses the row)
+// are refused, naming the row; nothing is written.
+TEST(requant, a_non_finite_scale_from_finite_values_is_refused) {
+  TempDir dir;
+  const std::string in = write_f16_model(dir);
+  const Model m = Model::open(in);
+  const TensorRef* t = m.find("blk.0.attn_q_a.weight");
+  ASSERT_NE(t, nullptr);
+  const int64_t ne0 = t->info->shape[0];
+  write_legacy_imatrix(dir.file("im.dat"),
+                       {{"blk.0.attn_q_a.weight", std::vector<float>(ne0, 3.0e38f)}}, 1);
+  const auto res = run_cli("gguf-requant", {in, "-o", dir.file("o.gguf"), "--type", "q4_K",
+                                            "--imatrix", dir.file("im.dat")});
+  EXPECT_EQ(res.code, 1);
+  EXPECT_EQ(res.err, fmt::format("gguf-requant: error: {}: tensor 'blk.0.attn_q_a.weight': at "
+                                 "byte {}: row 0: its values are finite, but q4_K gives block 0 a "
+                                 "non-finite scale ('d': the values or their importance weights "
+                                 "are too large for its float sums, and llama.cpp would compute "
+                                 "NaN with it)\n",
+                                 in, t->data_start()));
+  EXPECT_FALSE(std::filesystem::exists(dir.file("o.gguf")));
+}
+
 // Importance values are sums of squares: a negative, NaN or infinite one is refused, naming
 // the entry, the index and the byte where it is stored.
 TEST(requant, legacy_imatrix_with_a_negative_or_nan_value_is_refused) {

@@ -516,6 +516,17 @@ class Checker {
 
 }  // namespace
 
+std::optional<std::pair<uint64_t, std::string>> first_nonfinite_scale(
+    GgmlType type, std::span<const uint8_t> blocks) {
+  const ScanLayout l = scan_layout(static_cast<uint32_t>(type));
+  if (l.scan != Scan::kHalfScales && l.scan != Scan::kQ8K && l.scan != Scan::kIQ1M) return {};
+  const uint64_t unit = traits(type).type_size;
+  Hits h;
+  scan_blocks(l, blocks.data(), blocks.size() / unit, unit, 0, h);
+  if (h.count == 0) return {};
+  return std::pair<uint64_t, std::string>{h.first, l.fields[h.field].name};
+}
+
 std::vector<std::pair<size_t, std::string>> data_overlaps(const GgufFile& f) {
   const auto& ts = f.tensors();
   const auto end = [&](size_t i) { return ts[i].offset + *ts[i].bytes; };

@@ -11,6 +11,7 @@
 #include <memory>
 #include <optional>
 
+#include "gguf/check.h"
 #include "gguf/codecs.h"
 #include "gguf/error.h"
 #include "gguf/escape.h"
@@ -66,6 +67,29 @@ void encode_rows(const RowEncoder& e, uint64_t row_bytes, int64_t first, int64_t
       throw Error(e.source_path, tensor_object(e.tensor_name), at,
                   bad >= 0 ? fmt::format("row {}: {}", bad, message)
                            : fmt::format("rows {}-{}: {}", r, r + n - 1, message));
+    }
+    // Finite values whose encoding holds a non-finite block scale (values or importance
+    // weights so large that the encoder's float sums overflow; ggml writes the same bytes):
+    // llama.cpp would compute NaN with such a row, and its quantizer refuses it. Refused here
+    // too, naming the row. Rows holding NaN or Inf themselves are encoded as ggml encodes them.
+    const std::span<const uint8_t> written{out + static_cast<uint64_t>(r - first) * row_bytes,
+                                           static_cast<size_t>(n) * row_bytes};
+    if (const auto bad = first_nonfinite_scale(e.type, written)) {
+      const uint64_t per_row = row_bytes / traits(e.type).type_size;
+      const uint64_t k = bad->first / per_row;
+      const auto row_values = std::span<const float>(floats).subspan(k * e.n_per_row, e.n_per_row);
+      if (std::all_of(row_values.begin(), row_values.end(),
+                      [](float v) { return std::isfinite(v); })) {
+        const uint64_t row = static_cast<uint64_t>(r) + k;
+        std::optional<uint64_t> at;
+        if (!e.source_path.empty()) at = e.source_offset + row * e.source_row_bytes;
+        throw Error(e.source_path, tensor_object(e.tensor_name), at,
+                    fmt::format("row {}: its values are finite, but {} gives block {} a "
+                                "non-finite scale ('{}': the values{} are too large for its float "
+                                "sums, and llama.cpp would compute NaN with it)",
+                                row, traits(e.type).name, bad->first % per_row, bad->second,
+                                imp.empty() ? "" : " or their importance weights"));
+      }
     }
     if (e.exact) {
       // Every value must read back as the same number (+0.0 and -0.0 alike, NaN and NaN alike).

@@ -5,11 +5,13 @@
 
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "gguf/model.h"
+#include "gguf/types.h"
 
 namespace gguf {
 
@@ -41,6 +43,12 @@ std::vector<std::pair<size_t, std::string>> data_overlaps(const GgufFile& f);
 // For tools that copy or re-encode a model's tensors: the first overlap of any shard as a
 // warning naming the file and both tensors, or nothing.
 std::optional<std::string> overlap_warning(const Model& m);
+
+// The first block in `blocks` (whole blocks of a quantized type) whose scale is not finite:
+// its index and the scale field's name ("d", "dmin", ...), or nothing (always nothing for types
+// without such a scale, float types included).
+std::optional<std::pair<uint64_t, std::string>> first_nonfinite_scale(
+    GgmlType type, std::span<const uint8_t> blocks);
 
 // Problems in a stable order: per shard the alignment, then each tensor's name, type and
 // layout; then model-wide keys and expert types; then data problems in tensor order.
