@@ -578,6 +578,15 @@ TEST(requant, gguf_imatrix_divides_by_counts_and_unused_experts_weigh_one) {
                   ": tensor 'blk.0.ffn_up_exps.weight': importance entry has 768 values; "
                   "expected 512 (columns) or 1536 (3 experts x 512 columns)");
   }
+  try {  // a 2-D tensor has no experts to speak of
+    im.weights("blk.0.ffn_up_exps.weight", 512, 1, 0);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()),
+              dir.file("im.gguf") +
+                  ": tensor 'blk.0.ffn_up_exps.weight': importance entry has 768 values; "
+                  "expected 512 (one per column)");
+  }
 }
 
 // A model GGUF given as --imatrix (no general.type, no '.in_sum2' tensors) is refused rather

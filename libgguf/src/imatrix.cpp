@@ -27,6 +27,10 @@ std::span<const float> Imatrix::weights(const std::string& tensor, int64_t n_per
   if (n_mat > 0 && total == n_mat * n_per_row)
     return std::span<const float>(e->values).subspan(static_cast<size_t>(mat * n_per_row),
                                                      static_cast<size_t>(n_per_row));
+  if (n_mat <= 1)
+    throw Error(path_, tensor_object(tensor), std::nullopt,
+                fmt::format("importance entry has {} values; expected {} (one per column)", total,
+                            n_per_row));
   throw Error(path_, tensor_object(tensor), std::nullopt,
               fmt::format("importance entry has {} values; expected {} (columns) or {} "
                           "({} experts x {} columns)",
