@@ -45,7 +45,7 @@ inline void expect_decode_matches_ggml(GgmlType t, std::span<const uint8_t> byte
                   << " values differ; first at " << first << " (block " << first / bs << ")"
                   << std::hex << ": ours 0x" << std::bit_cast<uint32_t>(ours[first]) << ", ggml 0x"
                   << std::bit_cast<uint32_t>(ref[first]) << std::dec << " (" << ours[first]
-                  << " vs " << ref[first] << ")";
+                  << " vs " << ref[first] << ")" << salt_note();
   }
 }
 
@@ -56,7 +56,7 @@ inline void check_decode_of_ggml_quant(GgmlType t, const std::vector<float>& src
   std::vector<uint8_t> q(bytes_for(t, n_per_row) * static_cast<size_t>(nrows));
   const size_t written =
       GgmlRef::get().quantize_chunk(type_id(t), src.data(), q.data(), 0, nrows, n_per_row, imatrix);
-  ASSERT_EQ(written, q.size()) << what;
+  ASSERT_EQ(written, q.size()) << what << salt_note();
   expect_decode_matches_ggml(t, q, nrows * n_per_row, what);
 }
 
@@ -80,7 +80,7 @@ inline void expect_encode_matches_ggml(GgmlType t, const std::vector<float>& src
   ASSERT_EQ(GgmlRef::get().quantize_chunk(type_id(t), src.data(), ref.data(), 0, nrows, n_per_row,
                                           imatrix),
             size)
-      << what;
+      << what << salt_note();
   if (ours == ref) return;
   size_t first = 0;
   while (ours[first] == ref[first]) ++first;
@@ -90,7 +90,7 @@ inline void expect_encode_matches_ggml(GgmlType t, const std::vector<float>& src
   ADD_FAILURE() << traits(t).name << " " << what << ": " << count << " of " << size
                 << " bytes differ; first at byte " << first << " (block " << first / block
                 << ", byte " << first % block << "): ours " << int{ours[first]} << ", ggml "
-                << int{ref[first]};
+                << int{ref[first]} << salt_note();
 }
 
 // Our decode of one hand-built block.
