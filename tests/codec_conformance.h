@@ -7,6 +7,7 @@
 
 #include <bit>
 #include <cstdint>
+#include <exception>
 #include <span>
 #include <string>
 #include <vector>
@@ -76,7 +77,11 @@ inline void expect_encode_matches_ggml(GgmlType t, const std::vector<float>& src
   const std::span<const float> importance =
       imatrix ? std::span<const float>(imatrix, static_cast<size_t>(n_per_row))
               : std::span<const float>();
-  quantize(t, src, nrows, n_per_row, importance, ours);
+  try {
+    quantize(t, src, nrows, n_per_row, importance, ours);
+  } catch (const std::exception& e) {
+    FAIL() << traits(t).name << " " << what << ": " << e.what() << salt_note();
+  }
   ASSERT_EQ(GgmlRef::get().quantize_chunk(type_id(t), src.data(), ref.data(), 0, nrows, n_per_row,
                                           imatrix),
             size)

@@ -397,11 +397,12 @@ TEST(codec_iquants, lattice_encoders_on_non_finite_or_huge_rows) {
         quantize(t, x, 2, 256, imp, q);
         ADD_FAILURE() << "ggml aborts, we wrote bytes" << testing::salt_note();
       } catch (const Error& e) {
-        EXPECT_NE(std::string(e.what()).find("finite"), std::string::npos) << e.what();
+        EXPECT_NE(std::string(e.what()).find("finite"), std::string::npos)
+            << e.what() << testing::salt_note();
       }
     }
   }
-  EXPECT_EQ(refused, 19);  // the child-process probe itself works
+  EXPECT_EQ(refused, 19) << testing::salt_note();  // the child-process probe itself works
 }
 
 TEST(codec_iquants, iq2_xxs_encode_needs_importance_and_whole_blocks) {
