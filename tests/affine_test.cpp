@@ -13,6 +13,7 @@
 
 #include "affine_fixture.h"
 #include "cli_run.h"
+#include "distributions.h"
 #include "gguf/cli.h"
 #include "gguf/codecs.h"
 #include "gguf/fp16.h"
@@ -520,7 +521,7 @@ TEST(affine_import, reconstructs_every_value_bit_for_bit) {
   for (AffineValues kind : {AffineValues::kWeights, AffineValues::kEdges, AffineValues::kSpecial})
     for (unsigned bits = 1; bits <= 8; ++bits)
       for (uint64_t group : {32, 64, 96, 256}) {
-        AffineFile af(++seed);
+        AffineFile af(testing::salted(++seed));
         const int64_t cols = static_cast<int64_t>(group * (bits % 3 + 1));
         af.add_packed("blk.0.ffn_up_exps.weight", bits, group, {3, 5, cols}, kind);
         af.add_packed("blk.0.attn_q.weight", bits, group, {7, cols}, kind);
@@ -533,7 +534,7 @@ TEST(affine_import, reconstructs_every_value_bit_for_bit) {
         for (const auto& type : targets) {
           SCOPED_TRACE(::testing::Message() << "bits " << bits << " group " << group << " type "
                                             << (type ? traits(*type).name : "auto") << " kind "
-                                            << static_cast<int>(kind));
+                                            << static_cast<int>(kind) << testing::salt_note());
           if (!type && bits > 5) continue;
           const ImportResult r = import_safetensors(file, {type});
           const std::string out = dir.file("out.gguf");

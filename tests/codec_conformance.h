@@ -7,6 +7,7 @@
 
 #include <bit>
 #include <cstdint>
+#include <exception>
 #include <span>
 #include <string>
 #include <vector>
@@ -45,7 +46,7 @@ inline void expect_decode_matches_ggml(GgmlType t, std::span<const uint8_t> byte
                   << " values differ; first at " << first << " (block " << first / bs << ")"
                   << std::hex << ": ours 0x" << std::bit_cast<uint32_t>(ours[first]) << ", ggml 0x"
                   << std::bit_cast<uint32_t>(ref[first]) << std::dec << " (" << ours[first]
-                  << " vs " << ref[first] << ")";
+                  << " vs " << ref[first] << ")" << salt_note();
   }
 }
 
@@ -56,7 +57,7 @@ inline void check_decode_of_ggml_quant(GgmlType t, const std::vector<float>& src
   std::vector<uint8_t> q(bytes_for(t, n_per_row) * static_cast<size_t>(nrows));
   const size_t written =
       GgmlRef::get().quantize_chunk(type_id(t), src.data(), q.data(), 0, nrows, n_per_row, imatrix);
-  ASSERT_EQ(written, q.size()) << what;
+  ASSERT_EQ(written, q.size()) << what << salt_note();
   expect_decode_matches_ggml(t, q, nrows * n_per_row, what);
 }
 
@@ -76,11 +77,15 @@ inline void expect_encode_matches_ggml(GgmlType t, const std::vector<float>& src
   const std::span<const float> importance =
       imatrix ? std::span<const float>(imatrix, static_cast<size_t>(n_per_row))
               : std::span<const float>();
-  quantize(t, src, nrows, n_per_row, importance, ours);
+  try {
+    quantize(t, src, nrows, n_per_row, importance, ours);
+  } catch (const std::exception& e) {
+    FAIL() << traits(t).name << " " << what << ": " << e.what() << salt_note();
+  }
   ASSERT_EQ(GgmlRef::get().quantize_chunk(type_id(t), src.data(), ref.data(), 0, nrows, n_per_row,
                                           imatrix),
             size)
-      << what;
+      << what << salt_note();
   if (ours == ref) return;
   size_t first = 0;
   while (ours[first] == ref[first]) ++first;
@@ -90,7 +95,7 @@ inline void expect_encode_matches_ggml(GgmlType t, const std::vector<float>& src
   ADD_FAILURE() << traits(t).name << " " << what << ": " << count << " of " << size
                 << " bytes differ; first at byte " << first << " (block " << first / block
                 << ", byte " << first % block << "): ours " << int{ours[first]} << ", ggml "
-                << int{ref[first]};
+                << int{ref[first]} << salt_note();
 }
 
 // Our decode of one hand-built block.

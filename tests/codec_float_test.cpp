@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "codec_bits.h"
+#include "distributions.h"
 #include "ggml_ref.h"
 #include "gguf/codecs.h"
 #include "gguf/error.h"
@@ -226,7 +227,7 @@ std::vector<float> edge_floats() {
 const std::vector<float>& test_floats() {
   static const std::vector<float> x = [] {
     std::vector<float> v = edge_floats();
-    std::mt19937 rng(42);
+    std::mt19937 rng(testing::salted(42));
     v.reserve(4 << 20);
     while (v.size() < (4u << 20)) {
       uint32_t u = rng();
@@ -261,7 +262,7 @@ TEST(codec_float, encodes_like_ggml) {
     ASSERT_EQ(GgmlRef::get().quantize_chunk(static_cast<int>(t), x.data(), ref.data(), 0, nrows,
                                             kRow, nullptr),
               ref.size());
-    EXPECT_TRUE(same_bytes(ours, ref, sz)) << traits(t).name;
+    EXPECT_TRUE(same_bytes(ours, ref, sz)) << traits(t).name << testing::salt_note();
   }
 }
 
@@ -284,7 +285,8 @@ TEST(codec_float, scalar_conversions_match_ggml_row_functions) {
       const uint16_t ours = half ? fp32_to_fp16(x[i]) : fp32_to_bf16(x[i]);
       if (ours != ref[i] && diffs++ == 0) first = i;
     }
-    EXPECT_EQ(diffs, 0) << name << ": first at 0x" << std::hex << bits(x[first]);
+    EXPECT_EQ(diffs, 0) << name << ": first at 0x" << std::hex << bits(x[first])
+                        << testing::salt_note();
   }
 }
 

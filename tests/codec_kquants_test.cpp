@@ -128,8 +128,9 @@ TEST(kquants, decodes_hand_built_q2_K_and_q8_K_blocks) {
 // Round trip error stays within what each bit width allows, so an encoder that packs the
 // right-looking bytes into the wrong places fails even without ggml.
 TEST(kquants, round_trip_error_shrinks_with_bits) {
-  const auto x = testing::make_rows(Dist::kUniform, 16, 256, 7);
-  const auto imp = testing::make_importance(256, 7);
+  // Fixed data: the limits hold for these rows, not necessarily for every salted draw.
+  const auto x = testing::make_rows(Dist::kUniform, 16, 256, testing::Fixed{7});
+  const auto imp = testing::make_importance(256, testing::Fixed{7});
   const GgmlType types[] = {GgmlType::Q2_K, GgmlType::Q3_K, GgmlType::Q4_K,
                             GgmlType::Q5_K, GgmlType::Q6_K, GgmlType::Q8_K};
   const double limit[] = {0.17, 0.09, 0.042, 0.021, 0.0105, 0.003};
@@ -170,7 +171,7 @@ std::vector<std::vector<float>> search_inputs(int n) {
     for (int r = 0; r < kPerDist; ++r)
       groups.emplace_back(rows.begin() + r * n, rows.begin() + (r + 1) * n);
   }
-  std::mt19937_64 rng(77);
+  std::mt19937_64 rng(testing::salted(77));
   for (int r = 0; r < 400; ++r) {
     std::vector<float> g(n);
     const float step = std::ldexp(1.0f, static_cast<int>(rng() % 40) - 20);
@@ -216,8 +217,9 @@ TEST(kquants, simd_symmetric_search_equals_scalar) {
         int8_t a[16], b[16];
         const float sa = search_symmetric(16, nmax, x.data(), wp, a);
         const float sb = search_symmetric_scalar(16, nmax, x.data(), wp, b);
-        ASSERT_TRUE(same_float(sa, sb)) << "group " << checked << ": " << sa << " vs " << sb;
-        ASSERT_EQ(0, std::memcmp(a, b, 16)) << "group " << checked;
+        ASSERT_TRUE(same_float(sa, sb))
+            << "group " << checked << ": " << sa << " vs " << sb << testing::salt_note();
+        ASSERT_EQ(0, std::memcmp(a, b, 16)) << "group " << checked << testing::salt_note();
         ++checked;
       }
     }
@@ -243,9 +245,11 @@ TEST(kquants, simd_affine_search_equals_scalar) {
         const float sa = detail::kq::search_affine(c.n, c.nmax, x.data(), w.data(), a, &ma, c.p);
         const float sb =
             detail::kq::search_affine_scalar(c.n, c.nmax, x.data(), w.data(), b, &mb, c.p);
-        ASSERT_TRUE(same_float(sa, sb)) << "group " << checked << ": " << sa << " vs " << sb;
-        ASSERT_TRUE(same_float(ma, mb)) << "group " << checked << ": " << ma << " vs " << mb;
-        ASSERT_EQ(0, std::memcmp(a, b, c.n)) << "group " << checked;
+        ASSERT_TRUE(same_float(sa, sb))
+            << "group " << checked << ": " << sa << " vs " << sb << testing::salt_note();
+        ASSERT_TRUE(same_float(ma, mb))
+            << "group " << checked << ": " << ma << " vs " << mb << testing::salt_note();
+        ASSERT_EQ(0, std::memcmp(a, b, c.n)) << "group " << checked << testing::salt_note();
         ++checked;
       }
     }
@@ -263,9 +267,10 @@ TEST(kquants, simd_q3_block_search_equals_scalar) {
     detail::kq::search_q3_block(x.data(), a, sa);
     for (int g = 0; g < 16; ++g) {
       const float sb = detail::kq::search_q3(x.data() + 16 * g, b + 16 * g);
-      ASSERT_TRUE(same_float(sa[g], sb)) << "block " << first / 16 << " group " << g;
+      ASSERT_TRUE(same_float(sa[g], sb))
+          << "block " << first / 16 << " group " << g << testing::salt_note();
     }
-    ASSERT_EQ(0, std::memcmp(a, b, 256)) << "block " << first / 16;
+    ASSERT_EQ(0, std::memcmp(a, b, 256)) << "block " << first / 16 << testing::salt_note();
   }
 }
 
@@ -378,12 +383,12 @@ TEST_P(KquantEncode, bytes_and_decoded_bits_match_ggml) {
         }
         const std::string bytes_diff =
             first_byte_diff(ours, ref, block_bytes, defined.empty() ? nullptr : &defined);
-        EXPECT_TRUE(bytes_diff.empty()) << bytes_diff;
+        EXPECT_TRUE(bytes_diff.empty()) << bytes_diff << testing::salt_note();
         // Decoding ggml's bytes must give ggml's floats.
         std::vector<float> ref_y(x.size());
         ASSERT_TRUE(g.dequantize_row(id, ref.data(), ref_y.data(), x.size()));
         const std::string float_diff = first_float_diff(decode(t, ref, x.size()), ref_y);
-        EXPECT_TRUE(float_diff.empty()) << float_diff;
+        EXPECT_TRUE(float_diff.empty()) << float_diff << testing::salt_note();
         if (!bytes_diff.empty() || !float_diff.empty()) return;  // one report per type
         rows_checked += s.nrows;
       }
@@ -402,7 +407,7 @@ TEST_P(KquantEncode, extreme_and_non_finite_inputs_match_ggml) {
   const float extremes[] = {0.0f,  -0.0f,  1e-45f,   -1e-40f, 1e-38f, 3e38f,    -3e38f,
                             1e30f, 1e-30f, 65504.0f, 1e20f,   -1e15f, INFINITY, -INFINITY};
   constexpr int64_t kN = 512, kRows = 400;
-  std::mt19937_64 rng(3);
+  std::mt19937_64 rng(testing::salted(3));
   std::vector<float> x(kN * kRows);
   for (auto& v : x) {
     const auto r = rng() % 40;
@@ -426,11 +431,11 @@ TEST_P(KquantEncode, extreme_and_non_finite_inputs_match_ggml) {
     }
     const std::string diff =
         first_byte_diff(ours, ref, traits(t).type_size, defined.empty() ? nullptr : &defined);
-    EXPECT_TRUE(diff.empty()) << diff;
+    EXPECT_TRUE(diff.empty()) << diff << testing::salt_note();
     std::vector<float> ref_y(x.size());
     ASSERT_TRUE(g.dequantize_row(id, ref.data(), ref_y.data(), x.size()));
     const std::string float_diff = first_float_diff(decode(t, ref, x.size()), ref_y);
-    EXPECT_TRUE(float_diff.empty()) << float_diff;
+    EXPECT_TRUE(float_diff.empty()) << float_diff << testing::salt_note();
   }
 }
 
@@ -450,7 +455,7 @@ TEST_P(KquantEncode, nan_payloads_without_weights_match_ggml) {
     GTEST_SKIP() << "NaN choice follows the vectoriser, which the sanitizers change";
 #endif
   constexpr int64_t kN = 256, kRows = 2000;
-  std::mt19937_64 rng(11);
+  std::mt19937_64 rng(testing::salted(11));
   std::vector<float> x(kN * kRows, 0.0f);
   for (int64_t r = 0; r < kRows; ++r) {
     float* row = x.data() + r * kN;
@@ -467,7 +472,7 @@ TEST_P(KquantEncode, nan_payloads_without_weights_match_ggml) {
   quantize(t, x, kRows, kN, {}, ours);
   g.quantize_chunk(static_cast<int>(t), x.data(), ref.data(), 0, kRows, kN, nullptr);
   const std::string diff = first_byte_diff(ours, ref, traits(t).type_size, nullptr);
-  EXPECT_TRUE(diff.empty()) << diff;
+  EXPECT_TRUE(diff.empty()) << diff << testing::salt_note();
 }
 
 // Arbitrary payloads (NaN/inf/subnormal scales included) decode to ggml's exact bits.
@@ -480,7 +485,7 @@ TEST_P(KquantEncode, random_bytes_decode_like_ggml) {
   std::vector<float> ref_y(kBlocks * 256);
   ASSERT_TRUE(g.dequantize_row(static_cast<int>(t), bytes.data(), ref_y.data(), ref_y.size()));
   const std::string diff = first_float_diff(decode(t, bytes, ref_y.size()), ref_y);
-  EXPECT_TRUE(diff.empty()) << diff;
+  EXPECT_TRUE(diff.empty()) << diff << testing::salt_note();
 }
 
 std::string type_param_name(const ::testing::TestParamInfo<GgmlType>& info) {

@@ -176,7 +176,7 @@ std::vector<float> edge_rows(int64_t nrows, int64_t n, uint64_t seed) {
                         3e38f,    FLT_MAX, -FLT_MAX, INFINITY, -INFINITY, NAN,      nan_payload,
                         neg_qnan, 1e20f,   2.5f,     -2.5f};
   constexpr int kPool = sizeof(pool) / sizeof(pool[0]);
-  std::mt19937_64 rng(seed);
+  std::mt19937_64 rng(testing::salted(seed));
   std::normal_distribution<float> normal(0.0f, 1.0f);
   std::vector<float> v(static_cast<size_t>(nrows * n));
   for (size_t b = 0; b < v.size() / 32; ++b) {
@@ -265,7 +265,8 @@ void expect_encode_matches(GgmlType t, const std::vector<float>& x, int64_t nrow
   }
   if (!imatrix.empty() && uses_importance(t))
     nan_blocks_forgiven += forgive_nan_scales(t, x, n, ours, ref);
-  EXPECT_TRUE(same_bytes(ours, ref, traits(t).type_size)) << traits(t).name << " " << what;
+  EXPECT_TRUE(same_bytes(ours, ref, traits(t).type_size))
+      << traits(t).name << " " << what << testing::salt_note();
 }
 
 // ggml has no q8_1 row decoder; q8_1 decodes like q8_0 with the sum dropped.
@@ -287,7 +288,7 @@ std::vector<float> ggml_decode(GgmlType t, std::span<const uint8_t> bytes, int64
 void expect_decode_matches(GgmlType t, std::span<const uint8_t> bytes, int64_t n,
                            const std::string& what) {
   EXPECT_TRUE(same_float_bits(decode(t, bytes, n), ggml_decode(t, bytes, n)))
-      << traits(t).name << " " << what;
+      << traits(t).name << " " << what << testing::salt_note();
 }
 
 // Every distribution (and edge_rows) at row lengths 32, 256, 96*32 and 4096, without and with

@@ -237,7 +237,7 @@ TEST(codec_misc, encodes_ggml_rows_like_ggml) {
 // Rows mixing NaN, infinities, signed zeros, subnormals, values just below powers of two and
 // magnitudes from 2^-149 to FLT_MAX: the edges where ggml's casts, log2f and MAX macro decide.
 std::vector<float> special_rows(int64_t nrows, int64_t n, uint64_t seed) {
-  std::mt19937_64 rng(seed);
+  std::mt19937_64 rng(testing::salted(seed));
   const float pool[] = {NAN,       -NAN,       INFINITY,  -INFINITY,      0.0f,           -0.0f,
                         0x1p-149f, -0x1p-140f, 0x1p-127f, 0x1.fffffep-1f, 0x1.fffffep+2f, FLT_MAX,
                         -FLT_MAX,  65504.0f,   65520.0f,  3e38f};
@@ -266,7 +266,7 @@ std::vector<float> special_rows(int64_t nrows, int64_t n, uint64_t seed) {
 TEST(codec_misc, nvfp4_scale_ties_like_ggml) {
   GGUF_REQUIRE_GGML();
   std::vector<float> x;
-  std::mt19937_64 rng(7);
+  std::mt19937_64 rng(testing::salted(7));
   std::uniform_real_distribution<float> uni(-1.0f, 1.0f);
   auto add_sub_block = [&](float amax) {
     x.push_back(amax);
