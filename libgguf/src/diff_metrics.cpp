@@ -301,93 +301,68 @@ GGUF_AVX512 inline double total(const __m512d* v) {
   return _mm512_reduce_add_pd(_mm512_add_pd(v[0], v[1]));
 }
 
-GGUF_AVX512 Sums avx512_sums(const float* base, const float* x, size_t n) {
+// Without weights: three sums, an FMA each. With weights (starting again every ne0 elements, a
+// multiple of the 64 elements of a step unless n == ne0, so a step never straddles two rows),
+// whole runs of rows at once: no horizontal sums and checks per row, and no sum of the weights,
+// which the caller has. The squares are then formed once and added both plainly and weighted,
+// which moves two of the products onto the adders: 9 vector operations per 16 pairs instead of
+// the 10 of weighting each product, 5 of them products instead of 8.
+template <bool kWeighted>
+GGUF_AVX512 Sums avx512_sums(const float* base, const float* x, size_t n, size_t ne0,
+                             const float* w) {
   constexpr size_t kVec = 16, kUnroll = 4, kStep = kVec * kUnroll, kBlock = kStep * 16;
-  __m512d D[3][2];  // low and high halves of each float sum, widened
-  for (auto& d : D) d[0] = d[1] = _mm512_setzero_pd();
-  __m512 mx[kUnroll];
-  for (auto& m : mx) m = _mm512_setzero_ps();
-  size_t i = 0;
-  for (; i + kBlock <= n; i += kBlock) {
-    __m512 d2[kUnroll], b2[kUnroll], x2[kUnroll];
-    for (size_t u = 0; u < kUnroll; ++u) d2[u] = b2[u] = x2[u] = _mm512_setzero_ps();
-    for (size_t k = i; k < i + kBlock; k += kStep) {
-      for (size_t u = 0; u < kUnroll; ++u) {
-        const __m512 a = _mm512_loadu_ps(base + k + u * kVec);
-        const __m512 b = _mm512_loadu_ps(x + k + u * kVec);
-        const __m512 d = _mm512_sub_ps(b, a);
-        d2[u] = _mm512_fmadd_ps(d, d, d2[u]);
-        b2[u] = _mm512_fmadd_ps(a, a, b2[u]);
-        x2[u] = _mm512_fmadd_ps(b, b, x2[u]);
-        mx[u] = _mm512_range_ps(mx[u], d, 0x0B);  // max |.|, sign cleared
-      }
-    }
-    widen_into(fold4(d2), D[0]);
-    widen_into(fold4(b2), D[1]);
-    widen_into(fold4(x2), D[2]);
-  }
-  Sums s;
-  s.d2 = total(D[0]);
-  s.b2 = total(D[1]);
-  s.x2 = total(D[2]);
-  s.mx =
-      _mm512_reduce_max_ps(_mm512_max_ps(_mm512_max_ps(mx[0], mx[1]), _mm512_max_ps(mx[2], mx[3])));
-  return finish_float_sums<false>(s, base, x, i, n, nullptr);
-}
-
-// Weighted sums over whole rows at once, the weights starting again every ne0 elements (a
-// multiple of the 64 elements of a step, so a step never straddles two rows): no horizontal
-// sums and checks per row, and no sum of the weights, which the caller has (one operation
-// fewer per 16 pairs). The squares are formed once and both added plainly and weighted, which
-// moves two of the products onto the adders: 9 vector operations per 16 pairs instead of 10,
-// 5 of them products instead of 8.
-GGUF_AVX512 Sums weighted_rows_avx512(const float* base, const float* x, size_t n, size_t ne0,
-                                      const float* w) {
-  constexpr size_t kVec = 16, kUnroll = 4, kStep = kVec * kUnroll, kBlock = kStep * 16;
-  __m512d D[5][2];  // |b-a|^2, |a|^2, |b|^2, w|b-a|^2, w|a|^2, each widened in two halves
+  constexpr size_t kSums = kWeighted ? 5 : 3;
+  // |b-a|^2, |a|^2, |b|^2 (then w|b-a|^2, w|a|^2), each widened in two halves
+  __m512d D[kSums][2];
   for (auto& d : D) d[0] = d[1] = _mm512_setzero_pd();
   __m512 mx[kUnroll];
   for (auto& m : mx) m = _mm512_setzero_ps();
   size_t i = 0, wi = 0;  // wi: i's column
   for (; i + kBlock <= n; i += kBlock) {
-    __m512 d2[kUnroll], b2[kUnroll], x2[kUnroll], wd2[kUnroll], wb2[kUnroll];
-    for (size_t u = 0; u < kUnroll; ++u)
-      d2[u] = b2[u] = x2[u] = wd2[u] = wb2[u] = _mm512_setzero_ps();
+    __m512 f[kSums][kUnroll];  // the float sums of this block
+    for (auto& sum : f)
+      for (auto& v : sum) v = _mm512_setzero_ps();
     for (size_t k = i; k < i + kBlock; k += kStep) {
       for (size_t u = 0; u < kUnroll; ++u) {
         const __m512 a = _mm512_loadu_ps(base + k + u * kVec);
         const __m512 b = _mm512_loadu_ps(x + k + u * kVec);
-        const __m512 wt = _mm512_loadu_ps(w + wi + u * kVec);
         const __m512 d = _mm512_sub_ps(b, a);
-        const __m512 dd = _mm512_mul_ps(d, d), aa = _mm512_mul_ps(a, a);
-        d2[u] = _mm512_add_ps(d2[u], dd);
-        wd2[u] = _mm512_fmadd_ps(wt, dd, wd2[u]);
-        b2[u] = _mm512_add_ps(b2[u], aa);
-        wb2[u] = _mm512_fmadd_ps(wt, aa, wb2[u]);
-        x2[u] = _mm512_fmadd_ps(b, b, x2[u]);
-        mx[u] = _mm512_range_ps(mx[u], d, 0x0B);
+        if constexpr (kWeighted) {
+          const __m512 wt = _mm512_loadu_ps(w + wi + u * kVec);
+          const __m512 dd = _mm512_mul_ps(d, d), aa = _mm512_mul_ps(a, a);
+          f[0][u] = _mm512_add_ps(f[0][u], dd);
+          f[1][u] = _mm512_add_ps(f[1][u], aa);
+          f[3][u] = _mm512_fmadd_ps(wt, dd, f[3][u]);
+          f[4][u] = _mm512_fmadd_ps(wt, aa, f[4][u]);
+        } else {
+          f[0][u] = _mm512_fmadd_ps(d, d, f[0][u]);
+          f[1][u] = _mm512_fmadd_ps(a, a, f[1][u]);
+        }
+        f[2][u] = _mm512_fmadd_ps(b, b, f[2][u]);
+        mx[u] = _mm512_range_ps(mx[u], d, 0x0B);  // max |.|, sign cleared
       }
-      wi += kStep;
-      if (wi == ne0) wi = 0;
+      if constexpr (kWeighted) {
+        wi += kStep;
+        if (wi == ne0) wi = 0;
+      }
     }
-    widen_into(fold4(d2), D[0]);
-    widen_into(fold4(b2), D[1]);
-    widen_into(fold4(x2), D[2]);
-    widen_into(fold4(wd2), D[3]);
-    widen_into(fold4(wb2), D[4]);
+    for (size_t k = 0; k < kSums; ++k) widen_into(fold4(f[k]), D[k]);
   }
   Sums s;
   s.d2 = total(D[0]);
   s.b2 = total(D[1]);
   s.x2 = total(D[2]);
-  s.wd2 = total(D[3]);
-  s.wb2 = total(D[4]);
+  if constexpr (kWeighted) {
+    s.wd2 = total(D[3]);
+    s.wb2 = total(D[4]);
+  }
   s.mx =
       _mm512_reduce_max_ps(_mm512_max_ps(_mm512_max_ps(mx[0], mx[1]), _mm512_max_ps(mx[2], mx[3])));
   // The rest (less than a block) in double, a piece of a row at a time.
+  if constexpr (!kWeighted) wi = i;
   while (i < n) {
     const size_t len = std::min(n - i, ne0 - wi);
-    add_sums(s, double_sums<true, 1>(base + i, x + i, len, w + wi));
+    add_sums(s, double_sums<kWeighted, 1>(base + i, x + i, len, kWeighted ? w + wi : nullptr));
     i += len;
     wi = 0;
   }
@@ -397,11 +372,12 @@ GGUF_AVX512 Sums weighted_rows_avx512(const float* base, const float* x, size_t 
 
 GGUF_AVX512 Sums sums_avx512(const float* base, const float* x, size_t rows, size_t ne0,
                              const float* w) {
-  if (!w) return avx512_sums(base, x, rows * ne0);
-  if (rows == 1 || ne0 % 64 == 0) return weighted_rows_avx512(base, x, rows * ne0, ne0, w);
+  const size_t n = rows * ne0;
+  if (!w) return avx512_sums<false>(base, x, n, n, nullptr);
+  if (rows == 1 || ne0 % 64 == 0) return avx512_sums<true>(base, x, n, ne0, w);
   Sums s;
   for (size_t r = 0; r < rows; ++r)
-    add_sums(s, weighted_rows_avx512(base + r * ne0, x + r * ne0, ne0, ne0, w));
+    add_sums(s, avx512_sums<true>(base + r * ne0, x + r * ne0, ne0, ne0, w));
   return s;
 }
 #if defined(__GNUC__) && !defined(__clang__)
