@@ -279,6 +279,75 @@ TEST(writer, forced_split_write_failing_midway_keeps_the_old_set) {
   EXPECT_NE(read_all(shards[0]), old[0]);
 }
 
+// --force over an existing split set, the process killed (SIGKILL cannot be held) between
+// two renames: what remains is never a set mixing new and old shards, which the reader would
+// take for a model; it is one with a shard missing, and the error names the file set aside.
+TEST(writer, forced_split_write_killed_midway_leaves_no_mixed_set) {
+  ScratchDir dir, fresh;
+  Plan plan = small_plan(1);
+  plan.tensors.push_back(memory_tensor("c", GgmlType::F16, {8, 3}, 9));
+  WriteOptions o;
+  o.split_max_tensors = 1;
+  const std::vector<std::string> shards = write_plan(plan, dir.file("m.gguf"), o).paths;
+  ASSERT_EQ(shards.size(), 3u);
+  const std::string old_first = read_all(shards[0]);
+  Plan changed = small_plan(5);
+  changed.tensors.push_back(memory_tensor("c", GgmlType::F16, {8, 3}, 11));
+  const auto news = write_plan(changed, fresh.file("m.gguf"), o).paths;
+
+  for (size_t killed_after : {0u, 1u}) {
+    SCOPED_TRACE(killed_after);
+    o.force = true;  // the old set again, for the second round
+    if (killed_after) write_plan(plan, dir.file("m.gguf"), o);
+    const pid_t pid = ::fork();
+    if (pid == 0) {
+      std::vector<std::unique_ptr<detail::OutputFile>> outs;
+      for (size_t i = 0; i < shards.size(); ++i) {
+        outs.push_back(std::make_unique<detail::OutputFile>(shards[i]));
+        const std::string bytes = read_all(news[i]);
+        outs.back()->write(std::vector<uint8_t>(bytes.begin(), bytes.end()));
+        outs.back()->finish();
+      }
+      detail::commit_set(outs, true, [&](size_t i) {
+        if (i == killed_after) ::_exit(0);  // as if killed right after this rename
+      });
+      ::_exit(1);
+    }
+    int status = 0;
+    ::waitpid(pid, &status, 0);
+    ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    for (size_t i = 0; i < shards.size(); ++i)
+      if (i <= killed_after)
+        EXPECT_EQ(read_all(shards[i]), read_all(news[i])) << i;
+      else
+        EXPECT_FALSE(std::filesystem::exists(shards[i])) << i;
+    const std::string missing = shards[killed_after + 1];
+    try {
+      Model::open(shards[0]);
+      FAIL() << "a mixed or incomplete set opened";
+    } catch (const Error& e) {
+      const std::string prefix = fmt::format(
+          "{}: shard {} of 3 of the split set is missing; '{}/.{}.old.", missing, killed_after + 2,
+          dir.path(), std::filesystem::path(missing).filename().string());
+      EXPECT_THAT(std::string(e.what()), ::testing::StartsWith(prefix));
+      EXPECT_THAT(std::string(e.what()),
+                  HasSubstr("' beside it is a shard that an interrupted --force replacement "
+                            "set aside"));
+    }
+    // The old files are all kept under hidden names: three of them, the first shard's too.
+    size_t kept = 0;
+    for (const auto& name : dir.entries()) {
+      if (name.find(".old.") == std::string::npos) continue;
+      ++kept;
+      if (name.starts_with(".m-00001-of-00003.gguf.old.")) {
+        EXPECT_EQ(read_all(dir.file(name)), old_first);
+      }
+      std::filesystem::remove(dir.file(name));
+    }
+    EXPECT_EQ(kept, 3u);
+  }
+}
+
 // A termination signal that arrives while a set is being renamed into place is held until
 // the set is complete, then ends the process as usual.
 TEST(writer, signal_during_commit_waits_for_the_whole_set) {

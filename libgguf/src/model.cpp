@@ -43,6 +43,22 @@ std::optional<uint64_t> split_key(const GgufFile& f, const char* key, ValueType 
   return v->as_uint();
 }
 
+// A file that an interrupted --force replacement set aside for path (the writer's hidden
+// ".<name>.old.XXXXXX"), if there is one: for the message about a missing shard.
+std::string set_aside_file(const std::string& path) {
+  namespace fs = std::filesystem;
+  const fs::path p(path);
+  const std::string prefix = "." + p.filename().string().substr(0, 200) + ".old.";
+  std::error_code ec;
+  const fs::path dir = p.parent_path().empty() ? fs::path(".") : p.parent_path();
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    if (name.size() == prefix.size() + 6 && name.starts_with(prefix))
+      return (p.parent_path() / name).string();
+  }
+  return {};
+}
+
 }  // namespace
 
 Model Model::open(const std::string& path) {
@@ -60,9 +76,14 @@ Model Model::open(const std::string& path) {
       shards.push_back(named);
       continue;
     }
-    if (!std::filesystem::exists(p))
-      throw Error(p, {}, std::nullopt,
-                  fmt::format("shard {} of {} of the split set is missing", i, split->count));
+    if (!std::filesystem::exists(p)) {
+      std::string what = fmt::format("shard {} of {} of the split set is missing", i, split->count);
+      if (const std::string aside = set_aside_file(p); !aside.empty())
+        what += fmt::format(
+            "; '{}' beside it is a shard that an interrupted --force replacement set aside",
+            escape_for_terminal(aside));
+      throw Error(p, {}, std::nullopt, what);
+    }
     shards.push_back(GgufFile::open(p));
   }
   return from_files(std::move(shards));

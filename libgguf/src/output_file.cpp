@@ -228,9 +228,9 @@ void OutputFile::name_temp() {
 }
 
 // A second name for the file at the final path (a symbolic link itself, not its target),
-// so that remove() can put it back. Where the file system has no hard links, the file is
-// moved aside instead.
-void OutputFile::keep_replaced_file() {
+// so that remove() can put it back. Where the file system has no hard links, or when
+// move_aside, the file is moved aside instead (the final path is then free).
+void OutputFile::keep_replaced_file(bool move_aside) {
   struct stat st {};
   if (::lstat(final_.c_str(), &st) != 0) {
     if (errno == ENOENT) return;
@@ -240,8 +240,11 @@ void OutputFile::keep_replaced_file() {
   backup_ = fresh_name(
       name_pattern(final_, "old"),
       [&](const char* name) {
-        if (::linkat(AT_FDCWD, final_.c_str(), AT_FDCWD, name, 0) == 0) return 0;
-        if (errno != EPERM && errno != EOPNOTSUPP && errno != EMLINK && errno != ENOSYS) return -1;
+        if (!move_aside) {
+          if (::linkat(AT_FDCWD, final_.c_str(), AT_FDCWD, name, 0) == 0) return 0;
+          if (errno != EPERM && errno != EOPNOTSUPP && errno != EMLINK && errno != ENOSYS)
+            return -1;
+        }
         // Never over a file that has this name already (EEXIST: another name is tried).
         int rc = ::renameat2(AT_FDCWD, final_.c_str(), AT_FDCWD, name, RENAME_NOREPLACE);
         if (rc != 0 && (errno == EINVAL || errno == ENOSYS)) rc = ::rename(final_.c_str(), name);

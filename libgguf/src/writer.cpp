@@ -496,19 +496,6 @@ std::pair<std::vector<Shard>, std::vector<Identity>> prepare(const Plan& plan,
   return {std::move(shards), std::move(inputs)};
 }
 
-// Puts the files of a set in place: all of them, or none, and then the files they replaced
-// are back. A termination signal meanwhile takes effect once that is settled.
-void commit_all(std::vector<std::unique_ptr<OutputFile>>& outs, bool force) {
-  detail::SignalsDeferred deferred;
-  try {
-    for (auto& out : outs) out->commit(force, outs.size() > 1);
-  } catch (...) {
-    for (auto& out : outs) out->remove();
-    throw;
-  }
-  for (auto& out : outs) out->drop_replaced_file();
-}
-
 WriteResult write_impl(const Plan& plan, const std::string& path, const WriteOptions& o) {
   const auto [shards, inputs] = prepare(plan, path, o, true);
   // Each shard keeps its output descriptor, and once verified the descriptor behind its
@@ -577,7 +564,7 @@ WriteResult write_impl(const Plan& plan, const std::string& path, const WriteOpt
       result.verified = o.verify;
       if (o.before_commit) o.before_commit(*written);
     }
-    commit_all(outs, o.force);
+    detail::commit_set(outs, o.force);
     detail::sync_parent_directory(path);
   } catch (...) {
     for (auto& out : outs) out->remove();
@@ -624,4 +611,29 @@ WriteResult write_plan(const Plan& plan, const std::string& path, const WriteOpt
   }
 }
 
+namespace detail {
+
+void commit_set(std::vector<std::unique_ptr<OutputFile>>& outs, bool force,
+                const std::function<void(size_t)>& committed) {
+  SignalsDeferred deferred;
+  try {
+    // A set replacing another is never left mixed, even by SIGKILL: the old files are all set
+    // aside first (the first shard last), then the new ones put in place (the first shard
+    // first). A process killed between two renames leaves one set with a shard missing, which
+    // the reader names, and the old files under hidden names beside it.
+    const bool set_aside = force && outs.size() > 1;
+    if (set_aside)
+      for (size_t i = outs.size(); i-- > 0;) outs[i]->set_aside_replaced_file();
+    for (size_t i = 0; i < outs.size(); ++i) {
+      outs[i]->commit(force, outs.size() > 1 && !set_aside);
+      if (committed) committed(i);
+    }
+  } catch (...) {
+    for (auto& out : outs) out->remove();
+    throw;
+  }
+  for (auto& out : outs) out->drop_replaced_file();
+}
+
+}  // namespace detail
 }  // namespace gguf

@@ -3,6 +3,8 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <optional>
 #include <span>
 #include <string>
@@ -93,6 +95,9 @@ class OutputFile {
   // keep_replaced keeps the file replaced under a hidden name (".<name>.old.XXXXXX"), so
   // that remove() can put it back, until drop_replaced_file().
   void commit(bool replace, bool keep_replaced = false);
+  // Before commit(replace): moves the file at the final path (if any) to a hidden name
+  // (".<name>.old.XXXXXX"), which remove() puts back, until drop_replaced_file().
+  void set_aside_replaced_file() { keep_replaced_file(true); }
   // Once the whole set is committed: deletes the kept replaced file.
   void drop_replaced_file() noexcept;
   // Removes what this object created: the temp file, or the final file after commit() (the
@@ -103,7 +108,7 @@ class OutputFile {
   [[noreturn]] void fail(const std::string& what, int err) const;
 
   void name_temp();
-  void keep_replaced_file();
+  void keep_replaced_file(bool move_aside = false);
   void start_writeback();
   void close_checked();
 
@@ -135,6 +140,12 @@ class SignalsDeferred {
 // For the tools' signal handlers: true if the signal was recorded for a SignalsDeferred to
 // raise again (the handler then returns); false to handle it now. Async-signal-safe.
 bool defer_termination_signal(int sig) noexcept;
+
+// Puts the files of a set in place: all of them, or none, and then the files they replaced
+// are back. A termination signal meanwhile takes effect once that is settled. committed(i),
+// if given, runs once file i is in place (tests use it to die there).
+void commit_set(std::vector<std::unique_ptr<OutputFile>>& outs, bool force,
+                const std::function<void(size_t)>& committed = {});
 
 // The directory holding path ("." for a bare file name).
 std::string parent_dir(const std::string& path);
