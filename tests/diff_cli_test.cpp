@@ -295,6 +295,27 @@ TEST(diff_cli, quiet_prints_nothing_and_exits_1) {
   EXPECT_EQ(r.out + r.err, "");
 }
 
+// --quiet stops at the first difference, but not before the inputs are checked: trouble is
+// exit 2 with and without it (the pair's metadata differs, the first thing compared).
+TEST(diff_cli, quiet_still_exits_2_on_trouble) {
+  const Pair p;
+  for (const std::vector<std::string>& args :
+       {std::vector<std::string>{"--layers", "7"}, {"--match", "nothing"}}) {
+    std::vector<std::string> quiet = args;
+    quiet.insert(quiet.begin(), "-q");
+    const CliResult loud = p.run(args), r = p.run(quiet);
+    EXPECT_EQ(loud.code, 2);
+    EXPECT_EQ(r.code, 2) << args[0];
+    EXPECT_EQ(r.out, "");
+    EXPECT_EQ(r.err, loud.err);
+  }
+  const CliResult m = run_cli("gguf-inspect", {"--json", p.a});  // no --hashes
+  ASSERT_EQ(m.code, 0) << m.err;
+  std::ofstream(p.dir.file("m.json")) << m.out;
+  const CliResult r = run_cli("gguf-diff", {"-q", "--manifest", p.dir.file("m.json"), p.b});
+  EXPECT_EQ(r.code, 2);
+}
+
 TEST(diff_cli, usage_errors_exit_2) {
   const auto err = [](const std::vector<std::string>& args) {
     const CliResult r = run_cli("gguf-diff", args);
@@ -564,6 +585,24 @@ TEST(diff_cli, imatrix_and_reference) {
   EXPECT_NEAR(t["reference"]["b"]["weighted_rel"].get<double>(), std::sqrt(wd2 / wb2),
               1e-6 * std::sqrt(wd2 / wb2));
   EXPECT_EQ(doc["summary"]["by_layer"][0]["reference"]["closer_a"], 1);
+}
+
+// An importance matrix that does not fit the model is trouble whether or not the tensor it
+// does not fit differs, and with --quiet: the same inputs give the same exit status.
+TEST(diff_cli, imatrix_that_does_not_fit_exits_2) {
+  const Pair p;  // blk.1.ffn_up_exps.weight (ne0 8, 3 experts) is the same in A and B
+  write_legacy_imatrix(p.dir.file("bad.dat"), "blk.1.ffn_up_exps.weight",
+                       std::vector<float>(5, 1.0f), 1);
+  const std::string message =
+      "gguf-diff: error: DIR/bad.dat: tensor 'blk.1.ffn_up_exps.weight': importance entry has 5 "
+      "values; expected 8 (columns) or 24 (3 experts x 8 columns)\n";
+  for (const std::vector<std::string>& args :
+       {std::vector<std::string>{"--imatrix", p.dir.file("bad.dat")},
+        {"-q", "--imatrix", p.dir.file("bad.dat")}}) {
+    const CliResult r = p.run(args);
+    EXPECT_EQ(r.code, 2) << args[0];
+    EXPECT_EQ(r.err, message);
+  }
 }
 
 TEST(diff_cli, help_lists_the_options) {

@@ -794,5 +794,41 @@ TEST(diff, manifest_needs_no_values) {
   EXPECT_THROW(diff_manifest(parse_manifest(manifest_of(f).dump(), "m.json"), m, o), Error);
 }
 
+// Stopping at the first difference (--quiet) must not skip what makes a run trouble: here the
+// metadata already differs, and a selection error or a manifest without hashes is still an
+// error, as it is without stop_early.
+TEST(diff, stop_early_still_reports_trouble) {
+  Fixture a, b;
+  b.name = "other";
+  DiffOptions o;
+  o.stop_early = true;
+  o.selector = parse_selector({"7"}, {}, {});
+  EXPECT_THROW(diff(a, b, o), Error);
+  o.selector = parse_selector({}, {}, {"nothing"});
+  EXPECT_THROW(diff(a, b, o), Error);
+  o.selector = {};
+  EXPECT_TRUE(diff(a, b, o).stopped_early);
+  TempDir dir;
+  const Model m = Model::open(b.write(dir, "m.gguf"));
+  nlohmann::json doc = manifest_of(a);
+  doc["tensors"][1].erase("xxh3");
+  EXPECT_THROW(diff_manifest(parse_manifest(doc.dump(), "m.json"), m, o), Error);
+}
+
+// An importance entry that fits no slicing of its tensor is an error whatever differs: also
+// when that tensor is identical in A and B, and with stop_early.
+TEST(diff, importance_entry_that_does_not_fit_is_an_error_even_when_unused) {
+  Fixture a, b;
+  Imatrix im;
+  im.add("blk.1.ffn_up_exps.weight", {1, 5, std::vector<float>(5, 1.0f)});
+  DiffOptions o;
+  o.values = true;
+  o.importance = &im;
+  EXPECT_THROW(diff(a, b, o), Error);
+  b.name = "other";
+  o.stop_early = true;
+  EXPECT_THROW(diff(a, b, o), Error);
+}
+
 }  // namespace
 }  // namespace gguf

@@ -296,6 +296,16 @@ std::optional<std::string> decode_problem(const std::vector<uint32_t>& types) {
   return std::nullopt;
 }
 
+// Whether the importance matrix has an entry for this tensor; throws when the entry fits
+// neither ne0 columns nor n_mat slices of them (Imatrix::weights).
+bool importance_covers(const Imatrix& im, const std::string& name,
+                       const std::vector<int64_t>& shape) {
+  const int64_t ne0 = shape.empty() ? 1 : shape[0];
+  int64_t n_mat = 1;
+  for (size_t d = 2; d < shape.size(); ++d) n_mat *= shape[d];
+  return !im.weights(name, ne0, n_mat, 0).empty();
+}
+
 void measure(const Side& a, const Side& b, DiffReport& report, const DiffOptions& o) {
   std::vector<detail::ValueJob> jobs;
   std::vector<size_t> owner;
@@ -322,12 +332,7 @@ void measure(const Side& a, const Side& b, DiffReport& report, const DiffOptions
     }
     detail::ValueJob job{sa.ref, sb.ref, ref, ab, {}};
     if (o.importance) {
-      const auto& shape = t.a->shape;
-      const int64_t ne0 = shape.empty() ? 1 : shape[0];
-      int64_t n_mat = 1;
-      for (size_t d = 2; d < shape.size(); ++d) n_mat *= shape[d];
-      // weights() refuses an entry that fits neither ne0 nor n_mat slices of ne0.
-      if (!o.importance->weights(t.name, ne0, n_mat, 0).empty())
+      if (importance_covers(*o.importance, t.name, t.a->shape))
         job.weights = o.importance->find(t.name)->values;
       else
         t.note = "not in the importance matrix";
@@ -402,10 +407,9 @@ DiffReport diff_sides(const Side& a, const Side& b, bool json_forms, const DiffO
   r.metadata_compared = o.metadata;
   if (o.metadata) r.metadata = diff_metadata(a, b, json_forms);
   if (!r.metadata.empty()) r.identical = false;
-  if (o.stop_early && !r.identical) {
-    r.stopped_early = true;
-    return r;
-  }
+  // stop_early stops below, once the selection and the inputs are checked: a selection error,
+  // a manifest without hashes or an importance matrix that does not fit stays trouble (exit 2)
+  // when the metadata already differs.
 
   // A's tensors in A's order, then those only in B.
   std::vector<std::pair<const SideTensor*, const SideTensor*>> rows;
@@ -474,6 +478,12 @@ DiffReport diff_sides(const Side& a, const Side& b, bool json_forms, const DiffO
       throw Error(a.origin, tensor_object(*p.a->name), std::nullopt,
                   "the manifest has no xxh3 for this tensor; write it with gguf-inspect --hashes "
                   "--json");
+  // Every entry of the importance matrix for a compared tensor must fit it, whether or not
+  // the tensor differs: the exit status must not depend on which tensors do.
+  if (o.importance)
+    for (size_t i : chosen)
+      if (const auto [ta, tb] = rows[i]; ta && tb && same_shape(*ta->shape, *tb->shape))
+        importance_covers(*o.importance, names[i], *ta->shape);
 
   if (o.stop_early && !r.identical) {
     r.stopped_early = true;
