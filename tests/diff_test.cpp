@@ -830,5 +830,39 @@ TEST(diff, importance_entry_that_does_not_fit_is_an_error_even_when_unused) {
   EXPECT_THROW(diff(a, b, o), Error);
 }
 
+// A summary group whose measured tensors the importance matrix covers only in part has no
+// weighted error: pooling the covered ones alone would leave the others' error out (a
+// per-layer CI gate on weighted_rel would pass while an uncovered tensor got worse).
+TEST(diff, partly_weighted_groups_have_no_weighted_error) {
+  Fixture a, b;
+  a.tensors.push_back({"blk.1.ffn_down_exps.weight", kF32, {4, 8, 3}, f32_bytes(eighths(96, 5))});
+  b.tensors.push_back(a.tensors.back());
+  const auto up = floats_of(a.tensor("blk.1.ffn_up_exps.weight"));
+  const auto down = floats_of(a.tensor("blk.1.ffn_down_exps.weight"));
+  b.tensor("blk.1.ffn_up_exps.weight").payload = f32_bytes(perturbed(up, 0.01, 1));
+  b.tensor("blk.1.ffn_down_exps.weight").payload = f32_bytes(perturbed(down, 0.5, 2));
+  Imatrix im;
+  im.add("blk.1.ffn_up_exps.weight", {1, 8, std::vector<float>(8, 2.0f)});
+  DiffOptions o;
+  o.values = true;
+  o.importance = &im;
+  const DiffReport r = diff(a, b, o);
+  const auto group = [](const std::vector<DiffGroup>& gs, std::string_view key) {
+    for (const auto& g : gs)
+      if (g.key == key) return g;
+    throw std::runtime_error("no group " + std::string(key));
+  };
+  const DiffGroup l1 = group(r.by_layer, "1");
+  EXPECT_EQ(l1.measured, 2u);
+  EXPECT_TRUE(std::isfinite(l1.metrics.rel()));
+  EXPECT_TRUE(std::isnan(l1.metrics.weighted_rel()));
+  EXPECT_TRUE(std::isnan(l1.metrics.weighted_rmse()));
+  // A group covered in full keeps its weighted error.
+  const DiffGroup up_group = group(r.by_role, "routed-up");
+  const ErrorMetrics& t = *find(r, "blk.1.ffn_up_exps.weight").metrics;
+  EXPECT_DOUBLE_EQ(up_group.metrics.weighted_rel(), t.weighted_rel());
+  EXPECT_DOUBLE_EQ(up_group.metrics.weighted_rmse(), t.weighted_rmse());
+}
+
 }  // namespace
 }  // namespace gguf

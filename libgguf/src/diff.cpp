@@ -366,11 +366,11 @@ void add_to_group(DiffGroup& g, const TensorDiff& t) {
   if (t.change != TensorChange::kSame) ++g.changed;
   if (t.a && t.a->bytes) g.bytes_a += *t.a->bytes;
   if (t.b && t.b->bytes) g.bytes_b += *t.b->bytes;
-  if (t.metrics) ++g.measured, g.metrics.merge(*t.metrics);
+  if (t.metrics) ++g.measured, g.metrics.pool(*t.metrics);
   if (t.closer) {
     ++g.ref_measured;
-    g.ref_a.merge(*t.ref_a);
-    g.ref_b.merge(*t.ref_b);
+    g.ref_a.pool(*t.ref_a);
+    g.ref_b.pool(*t.ref_b);
     ++(*t.closer == Closer::kA ? g.closer_a : *t.closer == Closer::kB ? g.closer_b : g.ties);
   }
 }

@@ -50,14 +50,15 @@ double ErrorMetrics::snr_db() const {
 }
 
 double ErrorMetrics::weighted_rmse() const {
-  return weighted && sum_w > 0 ? std::sqrt(sum_w_sq_diff / sum_w) : kNaN;
+  return weighted && sum_w > 0 && unweighted_tensors == 0 ? std::sqrt(sum_w_sq_diff / sum_w) : kNaN;
 }
 
 double ErrorMetrics::max_abs_diff() const { return count ? max_abs : kNaN; }
 
 double ErrorMetrics::weighted_rel() const {
-  // All-zero weights say nothing about the error.
-  if (!weighted || count == 0 || !(sum_w > 0)) return kNaN;
+  // All-zero weights say nothing about the error; a group whose weights cover only some of
+  // its tensors says nothing about the error of the others.
+  if (!weighted || count == 0 || !(sum_w > 0) || unweighted_tensors) return kNaN;
   if (sum_w_sq_base > 0) return std::sqrt(sum_w_sq_diff / sum_w_sq_base);
   return sum_w_sq_diff == 0 ? 0.0 : kNaN;
 }
@@ -77,6 +78,12 @@ void ErrorMetrics::merge(const ErrorMetrics& o) {
   sum_w += o.sum_w;
   sum_w_sq_diff += o.sum_w_sq_diff;
   sum_w_sq_base += o.sum_w_sq_base;
+  unweighted_tensors += o.unweighted_tensors;
+}
+
+void ErrorMetrics::pool(const ErrorMetrics& tensor) {
+  merge(tensor);
+  if (!tensor.weighted) ++unweighted_tensors;
 }
 
 namespace detail {

@@ -93,8 +93,12 @@ struct ErrorMetrics {
   uint64_t nan_base = 0, inf_base = 0, nan_x = 0, inf_x = 0;
   bool weighted = false;  // importance weights were applied
   double sum_w = 0, sum_w_sq_diff = 0, sum_w_sq_base = 0;
+  // In a summary group: measured tensors that had no importance weights. A group pooling
+  // weighted and unweighted tensors has no weighted error (it would leave theirs out).
+  uint64_t unweighted_tensors = 0;
 
-  // Each is NaN when no finite pair was measured (count 0).
+  // Each is NaN when no finite pair was measured (count 0); the weighted ones also in a
+  // group that holds unweighted tensors (unweighted_tensors).
   double rmse() const;           // sqrt(sum (x-base)^2 / count)
   double rel() const;            // ||x-base|| / ||base||; NaN when ||base|| = 0 and x != base
   double cosine() const;         // <x,base> / (||x|| ||base||); NaN when a norm is 0
@@ -106,6 +110,8 @@ struct ErrorMetrics {
   double score() const { return weighted ? sum_w_sq_diff : sum_sq_diff; }
   uint64_t nonfinite() const { return nan_base + inf_base + nan_x + inf_x; }
   void merge(const ErrorMetrics& o);
+  // Adds one tensor's metrics to a group: merge(), counting the tensor if it had no weights.
+  void pool(const ErrorMetrics& tensor);
 };
 
 enum class Closer { kA, kB, kTie };
