@@ -137,6 +137,7 @@ TEST(diff_cli, summaries_golden_text) {
       r.out,
       "A: DIR/a.gguf\n"
       "B: DIR/b.gguf\n"
+      "tensors compared: role attn-proj|embedding\n"
       "metadata: 1 changed, 0 added, 0 removed\n"
       "  key           change   a              b\n"
       "  general.name  changed  string \"tiny\"  string \"tiny-b\"\n"
@@ -185,6 +186,17 @@ TEST(diff_cli, golden_json) {
   "metadata": [],
   "metadata_compared": false,
   "reference": null,
+  "selection": {
+    "layers": [
+      [
+        0,
+        0
+      ]
+    ],
+    "match": [],
+    "roles": [],
+    "text": "layer 0"
+  },
   "stopped_early": false,
   "summary": {
     "by_layer": [
@@ -286,6 +298,28 @@ TEST(diff_cli, golden_json) {
     const auto doc = nlohmann::json::parse(r.out);
     (void)doc;
   });
+}
+
+// A long string that changes after the part the table shows: the text names the first byte
+// that differs, and the JSON has it as first_difference (for short strings only the JSON).
+TEST(diff_cli, long_string_change_names_its_first_differing_byte) {
+  TempDir dir;
+  Fixture fa, fb;
+  fa.name = std::string(100, 'x') + "-a";
+  fb.name = std::string(100, 'x') + "-b";
+  const std::string a = fa.write(dir, "a.gguf"), b = fb.write(dir, "b.gguf");
+  CliResult r = run_cli("gguf-diff", {a, b});
+  EXPECT_EQ(r.code, 1);
+  const std::string shown = "string \"" + std::string(40, 'x') + "...";
+  EXPECT_NE(r.out.find("  general.name  changed  " + shown + "  " + shown +
+                       "  first difference at byte 101\n"),
+            std::string::npos)
+      << r.out;
+  r = run_cli("gguf-diff", {"--json", a, b});
+  const auto doc = nlohmann::json::parse(r.out);
+  ASSERT_EQ(doc["metadata"].size(), 1u);
+  EXPECT_EQ(doc["metadata"][0]["first_difference"], 101);
+  EXPECT_EQ(doc["selection"], nullptr);
 }
 
 TEST(diff_cli, quiet_prints_nothing_and_exits_1) {

@@ -102,7 +102,7 @@ TEST(diff, metadata_changes_are_reported_exactly) {
   EXPECT_EQ(r.metadata[0].change, MetadataChange::kChanged);
   EXPECT_EQ(*r.metadata[0].a->as_string(), "tiny");
   EXPECT_EQ(*r.metadata[0].b->as_string(), "tiny-2");
-  EXPECT_FALSE(r.metadata[0].first_difference);
+  EXPECT_EQ(r.metadata[0].first_difference, 4u);  // the byte after "tiny"
   EXPECT_EQ(r.metadata[1].key, "only.in.a");
   EXPECT_EQ(r.metadata[1].change, MetadataChange::kRemoved);
   EXPECT_FALSE(r.metadata[1].b);

@@ -106,6 +106,11 @@ bool values_equal(const Value& a, const Value& b, bool json_forms) {
 }
 
 std::optional<uint64_t> first_difference(const Value& a, const Value& b, bool json_forms) {
+  // Two strings: the first byte that differs (long ones are shown cut short).
+  if (const std::string* sa = a.as_string(), *sb = b.as_string(); sa && sb) {
+    const auto [ia, ib] = std::mismatch(sa->begin(), sa->end(), sb->begin(), sb->end());
+    return static_cast<uint64_t>(ia - sa->begin());
+  }
   if (!a.is_array() || !b.is_array()) return std::nullopt;
   // Elements of another type differ from the first one on, if there is one.
   if (a.array_type() != b.array_type())
@@ -152,9 +157,13 @@ std::vector<MetadataDiff> diff_metadata(const Side& a, const Side& b, bool json_
       auto first = first_difference(kv.value, it->second->value, json_forms);
       // A difference only the recorded hash sees (NaN payloads, -0.0 in an array) has no
       // index to show.
-      if (first && *first == kv.value.array_size() &&
-          kv.value.array_size() == it->second->value.array_size() &&
-          kv.value.array_type() == it->second->value.array_type())
+      const Value& va = kv.value;
+      const Value& vb = it->second->value;
+      if (first && va.is_array() && *first == va.array_size() &&
+          va.array_size() == vb.array_size() && va.array_type() == vb.array_type())
+        first.reset();
+      if (first && va.as_string() && *first == va.as_string()->size() &&
+          va.as_string()->size() == vb.as_string()->size())
         first.reset();
       out.push_back({kv.key, MetadataChange::kChanged, kv.value, it->second->value, first});
     }
@@ -399,6 +408,7 @@ DiffReport diff_sides(const Side& a, const Side& b, bool json_forms, const DiffO
                       const Selector* covered = nullptr) {
   DiffReport r;
   r.files_a = a.files;
+  r.selection = o.selector;
   r.files_b = b.files;
   if (o.reference) r.files_ref = o.reference->paths();
   r.values = o.values;

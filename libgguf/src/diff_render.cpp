@@ -29,13 +29,18 @@ std::string clip(const std::string& s, size_t width) {
   return s;
 }
 
+constexpr size_t kValueWidth = 48;
+
+std::string scalar_text(const Value& v) {
+  return fmt::format("{} {}", value_type_name(v.type()), format_value(v, 4));
+}
+
 std::string value_text(const std::optional<Value>& v) {
   if (!v) return "-";
-  if (!v->is_array())
-    return clip(fmt::format("{} {}", value_type_name(v->type()), format_value(*v, 4)), 48);
+  if (!v->is_array()) return clip(scalar_text(*v), kValueWidth);
   const std::string head = fmt::format("{}[{}]", value_type_name(v->array_type()), v->array_size());
   if (v->array_size() > 4) return head;
-  return clip(fmt::format("{} {}", head, format_value(*v, 4)), 48);
+  return clip(fmt::format("{} {}", head, format_value(*v, 4)), kValueWidth);
 }
 
 std::string shape_text(const std::vector<int64_t>& shape) {
@@ -92,7 +97,15 @@ std::string metadata_section(const DiffReport& r) {
     std::string note;
     if (m.a && m.b && m.a->type() != m.b->type())
       note = "value type changed";
-    else if (m.first_difference && m.a && m.b && m.a->array_type() != m.b->array_type())
+    else if (m.first_difference && m.a && m.a->as_string()) {
+      // Only where the table cuts a string short (else both values are shown whole).
+      const auto cut = [](const Value& v) {
+        const std::string whole = scalar_text(v);
+        return clip(whole, kValueWidth) != whole;
+      };
+      if (cut(*m.a) || cut(*m.b))
+        note = fmt::format("first difference at byte {}", *m.first_difference);
+    } else if (m.first_difference && m.a && m.b && m.a->array_type() != m.b->array_type())
       note = "element type changed";
     else if (m.first_difference)
       note = fmt::format("first difference at index {}", *m.first_difference);
@@ -295,6 +308,8 @@ std::string render_diff_text(const DiffReport& r, const DiffRenderOptions& o) {
           : fmt::format("A: {}\nB: {}\n", escape_for_terminal(r.files_a.front()),
                         escape_for_terminal(r.files_b.front()));
   if (r.reference) out += fmt::format("reference: {}\n", escape_for_terminal(r.files_ref.front()));
+  if (!r.selection.empty())
+    out += fmt::format("tensors compared: {}\n", escape_for_terminal(r.selection.describe()));
   out += metadata_section(r);
   if (r.stopped_early) return out + "different (stopped at the first difference)\n";
   out += tensor_section(r, o);
@@ -321,6 +336,7 @@ std::string render_diff_json(const DiffReport& r, const DiffRenderOptions& o) {
                                                          : selection_json(r.manifest_selection)}};
   doc["b"] = {{"files", files_json(r.files_b)}};
   doc["reference"] = r.reference ? json({{"files", files_json(r.files_ref)}}) : json(nullptr);
+  doc["selection"] = r.selection.empty() ? json(nullptr) : selection_json(r.selection);
   doc["metadata_compared"] = r.metadata_compared;
   doc["metadata"] = json::array();
   for (const auto& m : r.metadata) doc["metadata"].push_back(metadata_diff_json(m));

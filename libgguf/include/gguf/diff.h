@@ -70,7 +70,7 @@ struct MetadataDiff {
   MetadataChange change = MetadataChange::kChanged;
   std::optional<Value> a, b;  // absent on the side that lacks the key
   // For two arrays: the first index at which they differ (the shorter length when one is a
-  // prefix of the other); for element-type changes, 0.
+  // prefix of the other); for element-type changes, 0. For two strings: the first byte.
   std::optional<uint64_t> first_difference;
 };
 
@@ -150,6 +150,7 @@ struct DiffReport {
   std::vector<std::string> files_a, files_b, files_ref;  // files_a: as a manifest records them
   std::optional<std::string> manifest;                   // the path of A when A is a manifest
   Selector manifest_selection;  // what the manifest covers (empty: every tensor)
+  Selector selection;           // the tensors compared (DiffOptions::selector)
   bool metadata_compared = true;
   bool identical = true;
   bool stopped_early = false;  // stop_early found a difference and skipped the rest
