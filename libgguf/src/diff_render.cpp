@@ -259,8 +259,8 @@ json side_json(const std::optional<TensorSide>& s) {
 json metadata_diff_json(const MetadataDiff& m) {
   json j = {{"key", utf8_or_escaped(m.key)},
             {"change", std::string(change_name(m.change))},
-            {"a", m.a ? value_json(*m.a) : json(nullptr)},
-            {"b", m.b ? value_json(*m.b) : json(nullptr)}};
+            {"a", m.a ? value_json_deferred(*m.a) : json(nullptr)},
+            {"b", m.b ? value_json_deferred(*m.b) : json(nullptr)}};
   const auto types = [&](const std::optional<Value>& v, const char* side) {
     if (!v) return;
     j[fmt::format("{}_type", side)] = std::string(value_type_name(v->type()));

@@ -5,6 +5,9 @@
 
 #include <bit>
 #include <cmath>
+#include <random>
+#include <string_view>
+#include <vector>
 
 #include "gguf/error.h"
 #include "gguf/escape.h"
@@ -33,7 +36,67 @@ nlohmann::json scalar_json(const Value& v) {
   }
 }
 
+// Arrays with at least this many elements are written by dump_json, not built as a tree.
+constexpr uint64_t kDeferredMinElements = 4096;
+
+// A placeholder: a control character (dumped as \u0001) and a tag drawn at random once per
+// process, so that no string from a file can pass for one; then the index in the thread's list.
+const std::string& deferred_tag() {
+  static const std::string tag = [] {
+    std::random_device rd;
+    return fmt::format("\x01gguf-array-{:08x}{:08x}{:08x}-", rd(), rd(), rd());
+  }();
+  return tag;
+}
+
+thread_local std::vector<const Value*> t_deferred;
+
+// One element as the tree would have dumped it.
+std::string element_text(const Value& v, uint64_t i) {
+  if (v.array_type() == ValueType::kString)
+    return nlohmann::json(utf8_or_escaped(v.strings()[i])).dump();
+  return scalar_json(v.element(i)).dump();
+}
+
+// text with every placeholder replaced by its array, laid out as nlohmann lays out an array of
+// scalars: indent > 0 puts each element on its own line, one step deeper than the line that
+// holds the placeholder; indent < 0 writes [a,b,c].
+std::string expand_deferred(const std::string& text, int indent) {
+  const std::string quoted_tag = nlohmann::json(deferred_tag()).dump();   // "\u0001gguf-...
+  const std::string_view open(quoted_tag.data(), quoted_tag.size() - 1);  // without the '"'
+  std::string out;
+  size_t from = 0;
+  for (size_t at = text.find(open); at != std::string::npos; at = text.find(open, from)) {
+    const size_t digits = at + open.size(), close = text.find('"', digits);
+    const size_t index = std::stoul(text.substr(digits, close - digits));
+    const Value& v = *t_deferred.at(index);
+    const size_t line = text.rfind('\n', at);
+    const size_t depth = text.find_first_not_of(' ', line == std::string::npos ? 0 : line + 1) -
+                         (line == std::string::npos ? 0 : line + 1);
+    out.append(text, from, at - from);
+    const std::string inner(depth + (indent > 0 ? indent : 0), ' ');
+    out += '[';
+    for (uint64_t i = 0; i < v.array_size(); ++i) {
+      if (i) out += ',';
+      if (indent >= 0) out.append("\n").append(inner);
+      out += element_text(v, i);
+    }
+    if (indent >= 0) out.append("\n").append(depth, ' ');
+    out += ']';
+    from = close + 1;
+  }
+  if (from == 0) return text;
+  out.append(text, from, std::string::npos);
+  return out;
+}
+
 }  // namespace
+
+nlohmann::json value_json_deferred(const Value& v) {
+  if (!v.is_array() || v.array_size() < kDeferredMinElements) return value_json(v);
+  t_deferred.push_back(&v);
+  return deferred_tag() + std::to_string(t_deferred.size() - 1);
+}
 
 nlohmann::json value_json(const Value& v) {
   if (!v.is_array()) return scalar_json(v);
@@ -49,13 +112,17 @@ nlohmann::json value_json(const Value& v) {
 nlohmann::json metadata_json(const KeyValue& kv) {
   nlohmann::json j = {{"key", utf8_or_escaped(kv.key)},
                       {"type", std::string(value_type_name(kv.value.type()))},
-                      {"value", value_json(kv.value)}};
+                      {"value", value_json_deferred(kv.value)}};
   if (kv.value.is_array()) j["element_type"] = std::string(value_type_name(kv.value.array_type()));
   return j;
 }
 
 std::string dump_json(const nlohmann::json& j, int indent) {
-  return escape_json_for_terminal(j.dump(indent));
+  std::string text = j.dump(indent);
+  // The list is kept (a pointer per long array shown, for the life of the thread): a document
+  // may be dumped after another one, or twice.
+  if (!t_deferred.empty()) text = expand_deferred(text, indent);
+  return escape_json_for_terminal(text);
 }
 
 nlohmann::json selection_json(const Selector& s) {
