@@ -444,6 +444,21 @@ TEST(check, block_scale_counts_blocks_not_fields) {
                                              b.layout().data_offset)});
 }
 
+// mxfp4's E8M0 exponent 0xFF is the format's NaN, which ggml_validate_row_data (llama.cpp's
+// tensor check) refuses; 0xFE is the largest valid exponent.
+TEST(check, mxfp4_nan_exponent) {
+  auto payload = testing::pattern_bytes(3 * 17, 39);
+  payload[0] = 0x7F;
+  payload[17] = 0xFF;
+  payload[34] = 0xFE;
+  GgufBuilder b;
+  b.u32("general.quantization_version", 2).tensor("q", 39, {96}, payload);
+  EXPECT_EQ(problems(b), Strings{fmt::format("error: mem.gguf: tensor 'q': at byte {}: 1 block "
+                                             "with a non-finite scale (first: block 1, e = nan "
+                                             "(E8M0 0xff))",
+                                             b.layout().data_offset + 17)});
+}
+
 TEST(check, q8_k_and_iq1_m_scales) {
   auto q8k = testing::pattern_bytes(2 * 292, 1);
   const float nan = NAN;

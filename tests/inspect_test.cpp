@@ -373,5 +373,32 @@ TEST(inspect, cli_json_holds_long_metadata_arrays_whole) {
   EXPECT_EQ(d["metadata"][0]["b"], value_json(Value::string_array(s)));
 }
 
+// A missing shard is the split set's error, naming the shard and the copy an interrupted --force
+// replacement set aside beside it (as in gguf-splice, gguf-requant and gguf-diff), not the
+// failure to open the shard for a partial report.
+TEST(inspect, cli_missing_shard_names_it_and_the_file_set_aside) {
+  TempDir dir;
+  const std::string first = write_model(dir, "m.gguf", small_spec(), 20);
+  const Model whole = Model::open(first);
+  const size_t n = whole.shards().size();
+  ASSERT_GT(n, 2u);
+  const std::string second = dir.file(fmt::format("m-00002-of-{:05d}.gguf", n));
+  const std::string aside = dir.file(fmt::format(".m-00002-of-{:05d}.gguf.old.AbC123", n));
+  std::filesystem::rename(second, aside);
+  const std::string message = fmt::format(
+      "{}: shard 2 of {} of the split set is missing; '{}' beside it is a shard that "
+      "an interrupted --force replacement set aside",
+      second, n, aside);
+  auto res = run_cli("gguf-inspect", {first});
+  EXPECT_EQ(res.code, 1);
+  EXPECT_EQ(res.out, "");
+  EXPECT_EQ(res.err, "gguf-inspect: error: " + message + "\n");
+  res = run_cli("gguf-inspect", {"--json", first});
+  EXPECT_EQ(res.code, 1);
+  const auto j = nlohmann::json::parse(res.out);
+  EXPECT_EQ(j["error"], message);
+  EXPECT_EQ(j["exit_code"], 1);
+}
+
 }  // namespace
 }  // namespace gguf

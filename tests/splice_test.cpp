@@ -211,6 +211,46 @@ TEST(splice, file_type_is_removed_when_no_ftype_fits) {
             "general.file_type removed: the type holding most weights has no llama_ftype");
 }
 
+// llama-quantize's IQ2_S (28) makes a file mostly of iq2_xs (its IQ2_M, 29, is the one mostly of
+// iq2_s): a splice that leaves iq2_xs the main type keeps 28, as it keeps Q4_K_S.
+TEST(splice, file_type_iq2_s_of_a_mostly_iq2_xs_file_is_kept) {
+  Scratch dir;
+  const auto mem = [](const char* name, GgmlType type, std::vector<int64_t> shape, uint8_t fill) {
+    PlanTensor t;
+    t.name = name;
+    t.type_id = static_cast<uint32_t>(type);
+    t.shape = std::move(shape);
+    t.bytes = expected_bytes(t);
+    t.source = MemoryBytes{std::make_shared<const std::vector<uint8_t>>(t.bytes, fill)};
+    return t;
+  };
+  for (const auto& [ftype, gate_up] :
+       {std::pair{28u, GgmlType::IQ2_XS}, {28u, GgmlType::IQ2_S}, {20u, GgmlType::IQ2_XS}}) {
+    Plan b, d;
+    b.metadata.set("general.architecture", Value::string("deepseek2"));
+    b.metadata.set("general.quantization_version", Value::u32(2));
+    b.metadata.set("general.file_type", Value::u32(ftype));
+    d.metadata = b.metadata;
+    for (Plan* p : {&b, &d}) {
+      const uint8_t fill = p == &b ? 0 : 1;
+      p->tensors = {mem("blk.0.ffn_gate_exps.weight", gate_up, {256, 8, 2}, fill),
+                    mem("blk.0.ffn_up_exps.weight", gate_up, {256, 8, 2}, fill),
+                    mem("blk.0.attn_q_a.weight", GgmlType::F16, {256, 4}, fill)};
+    }
+    WriteOptions replace;
+    replace.force = true;
+    write_plan(b, dir.file("b.gguf"), replace);
+    write_plan(d, dir.file("d.gguf"), replace);
+    const Model base = Model::open(dir.file("b.gguf")), donor = Model::open(dir.file("d.gguf"));
+    const SpliceResult r = splice_one(base, donor, selector({}, {}, {"blk\\.0\\.attn_q_a\\..*"}));
+    EXPECT_EQ(r.spliced, 1u);
+    EXPECT_EQ(r.file_type_before, ftype);
+    EXPECT_EQ(r.file_type_after, ftype) << type_name(static_cast<uint32_t>(gate_up));
+    EXPECT_EQ(r.plan.metadata.get_uint("general.file_type"), ftype);
+    EXPECT_TRUE(r.warnings.empty());
+  }
+}
+
 TEST(splice, small_alignment_of_the_base_is_raised_to_32) {
   Scratch dir;
   const Model base0 = Model::open(fx().base);

@@ -47,10 +47,17 @@ int main(int argc, char** argv) {
     try {
       model = gguf::Model::open(path);
     } catch (const gguf::Error& e) {
-      // A damaged file: show what could be read, then fail with the error.
+      // A damaged file: show what could be read, then fail with the error. A file that cannot
+      // even be opened (a split set's missing shard) keeps the model's own error, which names
+      // the shard and any copy an interrupted --force replacement set aside beside it.
+      std::shared_ptr<const gguf::ByteSource> source;
+      try {
+        source = gguf::open_file_source(e.path().empty() ? path : e.path());
+      } catch (const gguf::Error&) {
+      }
+      if (!source) throw;
       std::optional<gguf::Error> err;
-      auto partial = gguf::GgufFile::parse_partial(
-          gguf::open_file_source(e.path().empty() ? path : e.path()), err);
+      auto partial = gguf::GgufFile::parse_partial(std::move(source), err);
       if (!err) throw;
       report = gguf::inspect_partial(*partial, *err);
       fmt::print("{}", json ? gguf::render_json(report) : gguf::render_text(report, ro));

@@ -42,7 +42,7 @@ const char* plural(uint64_t n, const char* one, const char* many) { return n == 
 // ---- data scanning ----
 
 // How a type's payload can hold a non-finite number.
-enum class Scan { kNone, kF32, kF16, kBF16, kF64, kHalfScales, kQ8K, kIQ1M };
+enum class Scan { kNone, kF32, kF16, kBF16, kF64, kHalfScales, kQ8K, kIQ1M, kE8M0 };
 
 struct ScaleField {
   uint16_t at;  // byte offset inside the block
@@ -56,7 +56,9 @@ struct ScanLayout {
 };
 
 // Byte offsets of the fp16 scales inside each block (ggml-common.h block layouts). mxfp4's E8M0
-// and nvfp4's UE4M3 scales decode to finite values for every byte, so they are not listed.
+// exponent byte 0xFF is the format's NaN: ggml's decoder reads it as 2^127, but
+// ggml_validate_row_data (llama.cpp's tensor check) refuses it. nvfp4's UE4M3 scales are valid
+// for every byte (ggml checks nothing), so they are not listed.
 ScanLayout scan_layout(uint32_t type) {
   using T = GgmlType;
   const auto half = [](ScaleField a) { return ScanLayout{Scan::kHalfScales, {a, {}}, 1}; };
@@ -108,6 +110,8 @@ ScanLayout scan_layout(uint32_t type) {
       return {Scan::kQ8K, {{0, "d"}, {}}, 1};
     case T::IQ1_M:
       return {Scan::kIQ1M, {{48, "scale"}, {}}, 1};
+    case T::MXFP4:
+      return {Scan::kE8M0, {{0, "e"}, {}}, 1};
     default:
       return {};
   }
@@ -161,6 +165,9 @@ void scan_blocks(const ScanLayout& l, const uint8_t* p, uint64_t n, uint64_t blo
       if (l.scan == Scan::kQ8K) {
         bits = load<uint32_t>(blk);
         bad = (bits & 0x7F800000u) == 0x7F800000u;
+      } else if (l.scan == Scan::kE8M0) {
+        bits = blk[l.fields[k].at];
+        bad = bits == 0xFF;
       } else {
         bits = l.scan == Scan::kIQ1M ? iq1m_scale(blk) : load<uint16_t>(blk + l.fields[k].at);
         bad = (bits & 0x7C00u) == 0x7C00u;
@@ -507,7 +514,9 @@ class Checker {
         at += l.fields[h.field].at;
         msg = fmt::format("{} {} with a non-finite scale (first: block {}, {} = {})", h.count,
                           plural(h.count, "block", "blocks"), h.first, l.fields[h.field].name,
-                          name_nonfinite(h.bits, f32 ? 23 : 10, f32 ? 32 : 16));
+                          l.scan == Scan::kE8M0
+                              ? std::string("nan (E8M0 0xff)")
+                              : name_nonfinite(h.bits, f32 ? 23 : 10, f32 ? 32 : 16));
       }
     }
     add(*ref.file, tensor_object(ref.name()), at, std::move(msg));

@@ -28,7 +28,9 @@ constexpr std::string_view kSelectorKeys[] = {"layers=", "role=", "match="};
 
 // llama.cpp's llama_ftype values (llama.h) and the ggml type each one is mostly made of.
 // Where several ftypes share a main type, the preferred one (what llama-quantize's plain name
-// for that type means, e.g. Q4_K -> Q4_K_M) comes first.
+// for that type means, e.g. Q4_K -> Q4_K_M) comes first. IQ2_S (28) is what llama.cpp's loader
+// calls a file mostly of iq2_s, but llama-quantize makes an IQ2_S file mostly of iq2_xs (its
+// IQ2_M, 29, is the one mostly of iq2_s): it names both.
 struct FtypeEntry {
   uint32_t ftype;
   GgmlType main;
@@ -45,11 +47,38 @@ constexpr FtypeEntry kFtypes[] = {
     {37, GgmlType::TQ2_0},   {38, GgmlType::MXFP4}, {39, GgmlType::NVFP4},   {40, GgmlType::Q1_0},
     {41, GgmlType::Q2_0},
 };
+// Main types an ftype also names, never preferred for them: llama-quantize's IQ2_S (28) makes a
+// file mostly of iq2_xs.
+constexpr FtypeEntry kAlsoMain[] = {{28, GgmlType::IQ2_XS}};
 
-std::optional<GgmlType> main_type_of_ftype(uint64_t ftype) {
-  for (const auto& e : kFtypes)
-    if (e.ftype == ftype) return e.main;
-  return std::nullopt;
+// Whether a file of this ftype is mostly of type main.
+bool ftype_has_main_type(uint64_t ftype, uint32_t main) {
+  const auto has = [&](const auto& table) {
+    return std::any_of(std::begin(table), std::end(table), [&](const FtypeEntry& e) {
+      return e.ftype == ftype && static_cast<uint32_t>(e.main) == main;
+    });
+  };
+  return has(kFtypes) || has(kAlsoMain);
+}
+
+// The type id holding the most elements among tensors of two or more dimensions (all tensors
+// when there are none); ties go to the lower type id.
+std::optional<uint32_t> dominant_type(const std::vector<PlanTensor>& tensors) {
+  const bool any_matrix = std::any_of(tensors.begin(), tensors.end(),
+                                      [](const auto& t) { return t.shape.size() >= 2; });
+  std::map<uint32_t, uint64_t> elements;
+  for (const auto& t : tensors) {
+    if (any_matrix && t.shape.size() < 2) continue;
+    uint64_t n = 1;
+    for (int64_t d : t.shape) n *= static_cast<uint64_t>(d);
+    elements[t.type_id] += n;
+  }
+  if (elements.empty()) return std::nullopt;
+  // std::map iterates ids in ascending order and max_element keeps the first maximum.
+  const auto best =
+      std::max_element(elements.begin(), elements.end(),
+                       [](const auto& a, const auto& b) { return a.second < b.second; });
+  return best->first;
 }
 
 std::string file_name(const std::string& path) {
@@ -220,14 +249,15 @@ void settle_file_type(SpliceResult& r) {
   const Value* v = m.find(kFileType);
   if (!v) return;
   r.file_type_before = v->as_uint();
-  const auto after = dominant_ftype(r.plan.tensors);
+  const auto main = dominant_type(r.plan.tensors);
+  const auto after = main ? ftype_of_type(*main) : std::nullopt;
   if (!after) {
     m.erase(kFileType);
     r.warnings.push_back(
         "general.file_type removed: the type holding most weights has no llama_ftype");
     return;
   }
-  if (r.file_type_before && main_type_of_ftype(*r.file_type_before) == main_type_of_ftype(*after)) {
+  if (r.file_type_before && ftype_has_main_type(*r.file_type_before, *main)) {
     r.file_type_after = r.file_type_before;
     return;
   }
@@ -259,21 +289,9 @@ void set_file_type_keys(Plan& plan) {
 }
 
 std::optional<uint32_t> dominant_ftype(const std::vector<PlanTensor>& tensors) {
-  const bool any_matrix = std::any_of(tensors.begin(), tensors.end(),
-                                      [](const auto& t) { return t.shape.size() >= 2; });
-  std::map<uint32_t, uint64_t> elements;
-  for (const auto& t : tensors) {
-    if (any_matrix && t.shape.size() < 2) continue;
-    uint64_t n = 1;
-    for (int64_t d : t.shape) n *= static_cast<uint64_t>(d);
-    elements[t.type_id] += n;
-  }
-  if (elements.empty()) return std::nullopt;
-  // std::map iterates ids in ascending order and max_element keeps the first maximum.
-  const auto best =
-      std::max_element(elements.begin(), elements.end(),
-                       [](const auto& a, const auto& b) { return a.second < b.second; });
-  return ftype_of_type(best->first);
+  const auto main = dominant_type(tensors);
+  if (!main) return std::nullopt;
+  return ftype_of_type(*main);
 }
 
 Selector with_default_role(Selector s) {
