@@ -48,7 +48,9 @@ std::optional<uint64_t> split_key(const GgufFile& f, const char* key, ValueType 
 std::string set_aside_file(const std::string& path) {
   namespace fs = std::filesystem;
   const fs::path p(path);
-  const std::string prefix = "." + p.filename().string().substr(0, 200) + ".old.";
+  // Appended piece by piece: GCC 12 warns (-Wrestrict, a false positive) on "." + s + ".old.".
+  std::string prefix(1, '.');
+  prefix.append(p.filename().string(), 0, 200).append(".old.");
   std::error_code ec;
   const fs::path dir = p.parent_path().empty() ? fs::path(".") : p.parent_path();
   for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
