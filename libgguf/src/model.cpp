@@ -8,6 +8,7 @@
 #include <unordered_map>
 
 #include "gguf/escape.h"
+#include "writer_internal.h"
 
 namespace gguf {
 
@@ -43,20 +44,19 @@ std::optional<uint64_t> split_key(const GgufFile& f, const char* key, ValueType 
   return v->as_uint();
 }
 
-// A file that an interrupted --force replacement set aside for path (the writer's hidden
-// ".<name>.old.XXXXXX"), if there is one: for the message about a missing shard.
+// A file that an interrupted --force replacement set aside for path (the writer's
+// hidden_name_pattern(path, "old")), if there is one: for the message about a missing shard.
 std::string set_aside_file(const std::string& path) {
   namespace fs = std::filesystem;
-  const fs::path p(path);
-  // Appended piece by piece: GCC 12 warns (-Wrestrict, a false positive) on "." + s + ".old.".
-  std::string prefix(1, '.');
-  prefix.append(p.filename().string(), 0, 200).append(".old.");
+  const fs::path pattern(detail::hidden_name_pattern(path, "old"));
+  const std::string name_pattern = pattern.filename().string();
+  const std::string_view prefix(name_pattern.data(), name_pattern.size() - 6);  // no XXXXXX
   std::error_code ec;
-  const fs::path dir = p.parent_path().empty() ? fs::path(".") : p.parent_path();
+  const fs::path dir = pattern.parent_path().empty() ? fs::path(".") : pattern.parent_path();
   for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
     const std::string name = it->path().filename().string();
-    if (name.size() == prefix.size() + 6 && name.starts_with(prefix))
-      return (p.parent_path() / name).string();
+    if (name.size() == name_pattern.size() && name.starts_with(prefix))
+      return (pattern.parent_path() / name).string();
   }
   return {};
 }

@@ -33,14 +33,6 @@ mode_t current_umask() {
   return 022;
 }
 
-// A hidden name pattern beside the final path (".<name>.<tag>.XXXXXX"), within NAME_MAX
-// whatever the final name's length.
-std::string name_pattern(const std::string& final_path, const char* tag = "tmp") {
-  const std::filesystem::path p(final_path);
-  const std::string base = p.filename().string().substr(0, 200);
-  return (p.parent_path() / fmt::format(".{}.{}.XXXXXX", base, tag)).string();
-}
-
 // Gives a file a second, unused name of the pattern: make(name) links or renames the file
 // to name (0 or -1 and errno, as the system calls); returns the name. The pattern's trailing
 // XXXXXX become random characters; a name that is taken (EEXIST) is skipped. No probe file is
@@ -124,7 +116,7 @@ OutputFile::OutputFile(std::string final_path, bool unnamed) : final_(std::move(
     proc_.clear();
   }
   // File systems without O_TMPFILE: a named temp file from the start.
-  temp_ = name_pattern(final_);
+  temp_ = hidden_name_pattern(final_);
   fd_ = ::mkostemp(temp_.data(), O_CLOEXEC);
   if (fd_ < 0)
     throw Error(final_, {}, std::nullopt,
@@ -219,7 +211,7 @@ void OutputFile::start_writeback() {
 // the meantime is simply skipped).
 void OutputFile::name_temp() {
   temp_ = fresh_name(
-      name_pattern(final_),
+      hidden_name_pattern(final_),
       [&](const char* name) {
         return ::linkat(AT_FDCWD, proc_.c_str(), AT_FDCWD, name, AT_SYMLINK_FOLLOW);
       },
@@ -238,7 +230,7 @@ void OutputFile::keep_replaced_file(bool move_aside) {
   }
   if (!S_ISREG(st.st_mode) && !S_ISLNK(st.st_mode)) return;  // rename() refuses these anyway
   backup_ = fresh_name(
-      name_pattern(final_, "old"),
+      hidden_name_pattern(final_, "old"),
       [&](const char* name) {
         if (!move_aside) {
           if (::linkat(AT_FDCWD, final_.c_str(), AT_FDCWD, name, 0) == 0) return 0;
@@ -320,6 +312,12 @@ void OutputFile::remove() noexcept {
     backup_.clear();
   }
   unregister_temp(slot_);
+}
+
+std::string hidden_name_pattern(const std::string& final_path, const char* tag) {
+  const std::filesystem::path p(final_path);
+  const std::string base = p.filename().string().substr(0, 200);
+  return (p.parent_path() / fmt::format(".{}.{}.XXXXXX", base, tag)).string();
 }
 
 std::string parent_dir(const std::string& path) {

@@ -147,6 +147,11 @@ bool defer_termination_signal(int sig) noexcept;
 void commit_set(std::vector<std::unique_ptr<OutputFile>>& outs, bool force,
                 const std::function<void(size_t)>& committed = {});
 
+// A hidden name pattern beside the final path (".<name>.<tag>.XXXXXX", the X's for random
+// characters), within NAME_MAX whatever the final name's length: "tmp" for a file being
+// written, "old" for a file being replaced.
+std::string hidden_name_pattern(const std::string& final_path, const char* tag = "tmp");
+
 // The directory holding path ("." for a bare file name).
 std::string parent_dir(const std::string& path);
 
