@@ -75,8 +75,9 @@ TEST(check, architecture_missing_or_not_a_string) {
   GgufBuilder number;
   number.u32("general.architecture", 7).tensor("t", 0, {4});
   EXPECT_EQ(all_problems(model_of(number)),
-            Strings{"error: mem.gguf: key 'general.architecture': at byte 24: "
-                    "general.architecture must be a string, found u32"});
+            Strings{fmt::format("error: mem.gguf: key 'general.architecture': at byte {}: "
+                                "general.architecture must be a string, found u32",
+                                number.layout().kv_type_offsets[0])});
   GgufBuilder imatrix;
   imatrix.string("general.type", "imatrix").tensor("t.in_sum2", 0, {4});
   EXPECT_EQ(all_problems(model_of(imatrix)), Strings{});
@@ -128,7 +129,7 @@ TEST(check, unknown_type_id) {
   const auto b = base().defect({DefectKind::kUnknownTypeId, 2});
   EXPECT_EQ(problems(b), Strings{fmt::format("error: mem.gguf: tensor 'output.weight': at byte {}: "
                                              "unknown type id 99; ggml refuses ids outside 0-42",
-                                             b.layout().tensor_info_offsets[2])});
+                                             b.layout().tensor_type_offsets[2])});
 }
 
 TEST(check, removed_type_id) {
@@ -136,7 +137,7 @@ TEST(check, removed_type_id) {
   EXPECT_EQ(problems(b),
             Strings{fmt::format("error: mem.gguf: tensor 'token_embd.weight': at byte {}: type id "
                                 "4 (q4_2) was removed from ggml, which refuses it",
-                                b.layout().tensor_info_offsets[0])});
+                                b.layout().tensor_type_offsets[0])});
 }
 
 // ---- layout ----
@@ -229,6 +230,7 @@ TEST(check, empty_tensor_must_sit_where_the_next_would) {
 
 TEST(check, alignment_problems_in_a_partially_read_file) {
   // The reader stops at a bad general.alignment; check_model still names it.
+  // A wrong type is named at the value's type field, a wrong value at the value.
   for (auto [d, msg] : {std::pair{DefectKind::kAlignmentWrongType, "must be u32, found u64"},
                         std::pair{DefectKind::kAlignmentNotPowerOf2,
                                   "must be a non-zero power of two, found 48"}}) {
@@ -236,10 +238,13 @@ TEST(check, alignment_problems_in_a_partially_read_file) {
     std::optional<Error> err;
     const auto f = GgufFile::parse_partial(memory_source(b.build(), kName), err);
     ASSERT_TRUE(err);
-    EXPECT_EQ(problems(Model::from_files({f})),
-              Strings{fmt::format("error: mem.gguf: key 'general.alignment': at byte {}: "
-                                  "general.alignment {}",
-                                  b.layout().kv_offsets[2], msg)});
+    EXPECT_EQ(
+        problems(Model::from_files({f})),
+        Strings{fmt::format("error: mem.gguf: key 'general.alignment': at byte {}: "
+                            "general.alignment {}",
+                            d == DefectKind::kAlignmentWrongType ? b.layout().kv_type_offsets[2]
+                                                                 : b.layout().kv_value_offsets[2],
+                            msg)});
   }
 }
 
@@ -252,11 +257,11 @@ TEST(check, small_alignment_that_breaks_32_byte_data) {
                                     ? fmt::format("'a' at byte {}", l.data_offset)
                                     : fmt::format("'b' at byte {}", l.data_offset + 16);
   EXPECT_EQ(problems(b),
-            Strings{fmt::format("error: mem.gguf: key 'general.alignment': at byte 24: "
+            Strings{fmt::format("error: mem.gguf: key 'general.alignment': at byte {}: "
                                 "general.alignment 8 lets tensor data start off a 32-byte boundary "
                                 "({}); llama.cpp aborts when it memory-maps the file (ggml's CPU "
                                 "backend asserts 32-byte alignment)",
-                                first_off)});
+                                l.kv_value_offsets[0], first_off)});
   GgufBuilder big;
   big.alignment(64).tensor("a", 0, {3}).tensor("b", 0, {8});
   EXPECT_EQ(problems(big), Strings{});
@@ -277,13 +282,17 @@ TEST(check, quantization_version_missing) {
 TEST(check, quantization_version_of_wrong_type_or_value) {
   GgufBuilder wrong;
   wrong.i32("general.quantization_version", 2);
-  EXPECT_EQ(problems(wrong), Strings{"error: mem.gguf: key 'general.quantization_version': at byte "
-                                     "24: general.quantization_version must be u32, found i32"});
+  EXPECT_EQ(problems(wrong),
+            Strings{fmt::format("error: mem.gguf: key 'general.quantization_version': at byte "
+                                "{}: general.quantization_version must be u32, found i32",
+                                wrong.layout().kv_type_offsets[0])});
   GgufBuilder old;
   old.u32("general.quantization_version", 1);
-  EXPECT_EQ(problems(old), Strings{"warning: mem.gguf: key 'general.quantization_version': at "
-                                   "byte 24: general.quantization_version is 1; ggml's quantized "
-                                   "formats are at version 2"});
+  EXPECT_EQ(problems(old),
+            Strings{fmt::format("warning: mem.gguf: key 'general.quantization_version': at "
+                                "byte {}: general.quantization_version is 1; ggml's quantized "
+                                "formats are at version 2",
+                                old.layout().kv_value_offsets[0])});
 }
 
 TEST(check, gate_and_up_experts_of_a_layer_share_a_type) {
@@ -300,7 +309,7 @@ TEST(check, gate_and_up_experts_of_a_layer_share_a_type) {
                                 "{}: type q4_K differs from iq2_xxs of tensor "
                                 "'blk.3.ffn_gate_exps.weight' in layer 3; ds4 requires the routed "
                                 "gate and up experts of a layer to share one type",
-                                b.layout().tensor_info_offsets[1])});
+                                b.layout().tensor_type_offsets[1])});
 }
 
 TEST(check, partially_read_file_with_data_past_eof) {
@@ -311,7 +320,7 @@ TEST(check, partially_read_file_with_data_past_eof) {
   EXPECT_EQ(problems(Model::from_files({f})),
             Strings{fmt::format("error: mem.gguf: tensor 'output.weight': at byte {}: data runs "
                                 "past end of file (needs 32 bytes at offset 224, file has {})",
-                                b.layout().tensor_info_offsets[2], b.layout().file_size)});
+                                b.layout().tensor_offset_fields[2], b.layout().file_size)});
 }
 
 TEST(check, problems_name_the_shard) {
@@ -478,7 +487,7 @@ TEST(check, q8_k_and_iq1_m_scales) {
             (Strings{fmt::format("warning: mem.gguf: tensor 'q8k': at byte {}: type q8_K is one "
                                  "ggml uses only for activations: llama.cpp loads the file but "
                                  "crashes computing with this tensor",
-                                 b.layout().tensor_info_offsets[0]),
+                                 b.layout().tensor_type_offsets[0]),
                      fmt::format("error: mem.gguf: tensor 'q8k': at byte {}: 1 block with a "
                                  "non-finite scale (first: block 1, d = nan)",
                                  o + 292),

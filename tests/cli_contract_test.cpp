@@ -171,27 +171,26 @@ TEST(cli_contract, json_output_escapes_what_a_terminal_acts_on) {
   }
 }
 
-// A tensor name too long for ggml's reader is an input problem: the error names the input,
-// the tensor and the byte of its info, not the output the writer would have refused.
-TEST(cli_contract, a_name_ggml_cannot_load_is_refused_naming_the_input) {
+// A tensor name the output cannot carry is an input problem: the error names the input, the
+// tensor and the byte of its info, not the output the writer would have refused. Both tools
+// that write refuse it, for a name too long for ggml's reader and for an empty one (ggml reads
+// it; the writer refuses it). `problem` is what follows the offset.
+void expect_name_refused_naming_the_input(const std::string& name, const std::string& problem) {
   TempDir dir;
   Fixture f;
-  const std::string long_name = "blk.0." + std::string(64, 'x');
-  f.tensors.push_back({long_name,
+  f.tensors.push_back({name,
                        gguf::diff_fixture::kF32,
                        {8},
                        gguf::diff_fixture::f32_bytes(gguf::diff_fixture::eighths(8, 1))});
-  const std::string in = f.write(dir, "long.gguf");
+  const std::string in = f.write(dir, "in.gguf");
   const std::string donor = Fixture().write(dir, "d.gguf");
   uint64_t at = 0;
   const gguf::Model model = gguf::Model::open(in);
   for (const auto& t : model.tensors())
-    if (t.name() == long_name) at = t.info->info_offset;
+    if (t.name() == name) at = t.info->info_offset;
   ASSERT_GT(at, 0u);
-  const std::string want = fmt::format(
-      "DIR/long.gguf: tensor '{}': at byte {}: tensor name is 70 bytes; ggml allows at most 63, "
-      "so ggml could not load a file written with it",
-      long_name, at);
+  const std::string want =
+      fmt::format("DIR/in.gguf: tensor '{}': at byte {}: {}", name, at, problem);
   CliResult r = run_cli("gguf-requant", {in, "--type", "f16", "-o", dir.file("o.gguf")});
   EXPECT_EQ(r.code, 1);
   EXPECT_EQ(scrub(r.err, dir.path()), "gguf-requant: error: " + want + "\n");
@@ -199,6 +198,19 @@ TEST(cli_contract, a_name_ggml_cannot_load_is_refused_naming_the_input) {
   EXPECT_EQ(r.code, 1);
   EXPECT_EQ(scrub(r.err, dir.path()), "gguf-splice: error: " + want + "\n");
   EXPECT_FALSE(std::filesystem::exists(dir.file("o.gguf")));
+}
+
+TEST(cli_contract, a_name_ggml_cannot_load_is_refused_naming_the_input) {
+  expect_name_refused_naming_the_input(
+      "blk.0." + std::string(64, 'x'),
+      "tensor name is 70 bytes; ggml allows at most 63, so ggml could not load a file written "
+      "with it");
+}
+
+TEST(cli_contract, an_empty_tensor_name_is_refused_naming_the_input) {
+  expect_name_refused_naming_the_input("",
+                                       "empty tensor name; no output can carry it (llama.cpp's "
+                                       "loader refuses a tensor it does not know)");
 }
 
 TEST(cli_contract, extra_positional_arguments_name_the_argument_and_where_it_belongs) {

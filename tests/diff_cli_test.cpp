@@ -627,9 +627,10 @@ TEST(diff_cli, imatrix_that_does_not_fit_exits_2) {
   const Pair p;  // blk.1.ffn_up_exps.weight (ne0 8, 3 experts) is the same in A and B
   write_legacy_imatrix(p.dir.file("bad.dat"), "blk.1.ffn_up_exps.weight",
                        std::vector<float>(5, 1.0f), 1);
+  // Byte 36 is the entry's nval: after the entry count, the name's length, its 24 bytes, ncall.
   const std::string message =
-      "gguf-diff: error: DIR/bad.dat: tensor 'blk.1.ffn_up_exps.weight': importance entry has 5 "
-      "values; expected 8 (columns) or 24 (3 experts x 8 columns)\n";
+      "gguf-diff: error: DIR/bad.dat: tensor 'blk.1.ffn_up_exps.weight': at byte 36: importance "
+      "entry has 5 values; expected 8 (columns) or 24 (3 experts x 8 columns)\n";
   for (const std::vector<std::string>& args :
        {std::vector<std::string>{"--imatrix", p.dir.file("bad.dat")},
         {"-q", "--imatrix", p.dir.file("bad.dat")}}) {

@@ -161,7 +161,8 @@ TEST(exact, refuses_what_has_no_exact_path) {
                         "q4_K: --exact moves values to f32, to f16 or bf16 when every value is one "
                         "of theirs, and q4_0 to q4_1, q5_0 to q5_1 (--layers, --role and --match "
                         "choose the tensors to move; the others are copied)",
-                        in, first.info->info_offset));
+                        in,  // the type field: after name, n_dims and two dimensions
+                        first.info->info_offset + 8 + first.name().size() + 4 + 8 * 2));
   // q4_0 values have up to 15 significant bits; f16 keeps 11: the encoder names the input's
   // element (so --no-verify cannot let it through either) and the output never appears.
   const auto va = decode(first);

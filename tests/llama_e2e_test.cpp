@@ -318,11 +318,12 @@ size_t expect_same_bytes_where_types_agree(const std::string& theirs, const std:
 // `requant_args`) on dir/from, writing dir/llama-STEM.gguf and dir/ours-STEM.gguf.
 void quantize_both(const TempDir& dir, const std::string& from, const std::string& stem, int ftype,
                    GgmlType type, const std::vector<std::string>& requant_args,
-                   const LlamaRef::Importance* imatrix = nullptr) {
+                   const LlamaRef::Importance* imatrix = nullptr,
+                   const std::vector<LlamaRef::Override>& overrides = {}) {
   std::string log;
   ASSERT_TRUE(LlamaRef::get().quantize(dir.file(from), dir.file("llama-" + stem + ".gguf"), ftype,
                                        /*pure=*/true, /*allow_requantize=*/from != "f32.gguf", log,
-                                       imatrix))
+                                       imatrix, overrides))
       << log;
   std::vector<std::string> args = {dir.file(from), "-o", dir.file("ours-" + stem + ".gguf"),
                                    "--type", type_name(static_cast<uint32_t>(type))};
@@ -394,6 +395,7 @@ LlamaRef::Importance write_imatrix(const Model& model, const std::string& path, 
   p.metadata.set("general.type", Value::string("imatrix"));
   p.metadata.set("imatrix.datasets", Value::string_array({"calibration.txt"}));
   p.metadata.set("imatrix.chunk_count", Value::u32(10));
+  p.metadata.set("imatrix.chunk_size", Value::u32(512));
   LlamaRef::Importance importance;
   const auto payload = [](const std::vector<float>& v) {
     auto b = std::make_shared<std::vector<uint8_t>>(v.size() * 4);
@@ -423,9 +425,11 @@ LlamaRef::Importance write_imatrix(const Model& model, const std::string& path, 
 // With an importance matrix, for ten codecs that use one (the ds4 recipe's iq2_xxs and q2_K
 // among them): llama.cpp's quantizer given the matrix as llama-quantize loads it, and
 // gguf-requant --imatrix given the file, write the same bytes for every tensor (each expert
-// of the 3-D tensors with its own slice). The first case also runs without the matrix, to show
-// the matrix changed the bytes. (The other importance codecs passed too when tried; iq1_s,
-// iq2_xs and iq2_s take 8-19 s each here, so the codec tests compare them with ggml directly.)
+// of the 3-D tensors with its own slice). Given the keys llama-quantize adds for the matrix
+// (quantize.imatrix.*, as kv_overrides), llama.cpp's file and ours are identical, metadata
+// included. The first case also runs without the matrix, to show the matrix changed the bytes.
+// (The other importance codecs passed too when tried; iq1_s, iq2_xs and iq2_s take 8-19 s each
+// here, so the codec tests compare them with ggml directly.)
 TEST(LlamaE2E, LlamaQuantizeAndRequantAgreeWithAnImatrix) {
   GGUF_REQUIRE_LLAMA();
   TempDir dir;
@@ -438,9 +442,18 @@ TEST(LlamaE2E, LlamaQuantizeAndRequantAgreeWithAnImatrix) {
     int ftype;  // llama_ftype
     GgmlType type;
   };
+  // What llama-quantize --imatrix FILE adds (tools/quantize: the file as given, the first
+  // dataset, the number of entries, the chunk count).
+  const std::vector<LlamaRef::Override> keys = {
+      {"quantize.imatrix.file", dir.file("imatrix.gguf")},
+      {"quantize.imatrix.dataset", std::string("calibration.txt")},
+      {"quantize.imatrix.entries_count", static_cast<int64_t>(importance.size())},
+      {"quantize.imatrix.chunks_count", int64_t{10}}};
+  // The ftypes gguf-requant writes for these types (Q4_K_M, Q3_K_M: --pure gives every matrix
+  // the same type either way).
   for (const Case& c :
-       {Case{14, GgmlType::Q4_K}, Case{19, GgmlType::IQ2_XXS}, Case{10, GgmlType::Q2_K},
-        Case{23, GgmlType::IQ3_XXS}, Case{31, GgmlType::IQ1_M}, Case{11, GgmlType::Q3_K},
+       {Case{15, GgmlType::Q4_K}, Case{19, GgmlType::IQ2_XXS}, Case{10, GgmlType::Q2_K},
+        Case{23, GgmlType::IQ3_XXS}, Case{31, GgmlType::IQ1_M}, Case{12, GgmlType::Q3_K},
         Case{18, GgmlType::Q6_K}, Case{2, GgmlType::Q4_0}, Case{9, GgmlType::Q5_1},
         Case{30, GgmlType::IQ4_XS}}) {
     const std::string name = type_name(static_cast<uint32_t>(c.type));
@@ -448,12 +461,14 @@ TEST(LlamaE2E, LlamaQuantizeAndRequantAgreeWithAnImatrix) {
     const std::string theirs = dir.file("llama-" + name + ".gguf");
     const std::string ours = dir.file("ours-" + name + ".gguf");
     quantize_both(dir, "f32.gguf", name, c.ftype, c.type, {"--imatrix", dir.file("imatrix.gguf")},
-                  &importance);
+                  &importance, keys);
     if (HasFatalFailure()) return;
     std::string differing;
     const size_t compared = expect_same_bytes_where_types_agree(theirs, ours, c.type, differing);
     EXPECT_EQ(differing, "") << "tensors at different types";
     EXPECT_GT(compared, 10u);
+    const auto diff = run_cli("gguf-diff", {theirs, ours});
+    EXPECT_EQ(diff.code, 0) << diff.out << diff.err;
     if (c.type == GgmlType::Q4_K) {
       std::string log2;
       ASSERT_TRUE(LlamaRef::get().quantize(dir.file("f32.gguf"), dir.file("plain.gguf"), c.ftype,

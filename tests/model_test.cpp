@@ -27,6 +27,11 @@ GgufBuilder shard(int no, int count, int32_t total, const std::vector<std::strin
   return b;
 }
 
+// Where the value of key #index of a builder's file is (after its key, and its value type).
+uint64_t value_at(const GgufBuilder& b, size_t index, std::string_view key) {
+  return b.layout().kv_offsets[index] + 8 + key.size() + 4;
+}
+
 // A split set m-0000N-of-00003.gguf in a private directory.
 struct SplitSet {
   std::string path(int index) const { return split_path(dir.file(stem), index, 3); }
@@ -103,7 +108,9 @@ TEST(model, split_count_mismatch) {
   SplitSet s;
   s.write_all();
   s.write(2, shard(1, 4, 5, {"c"}));
-  EXPECT_EQ(s.error_of(s.path(1)), s.path(2) + ": key 'split.count': split.count is 4, expected 3");
+  EXPECT_EQ(s.error_of(s.path(1)),
+            fmt::format("{}: key 'split.count': at byte {}: split.count is 4, expected 3",
+                        s.path(2), value_at(shard(1, 4, 5, {"c"}), 1, "split.count")));
 }
 
 TEST(model, split_count_missing) {
@@ -120,7 +127,9 @@ TEST(model, split_no_wrong) {
   SplitSet s;
   s.write_all();
   s.write(3, shard(1, 3, 5, {"d", "e"}));
-  EXPECT_EQ(s.error_of(s.path(1)), s.path(3) + ": key 'split.no': split.no is 1, expected 2");
+  EXPECT_EQ(s.error_of(s.path(1)),
+            fmt::format("{}: key 'split.no': at byte {}: split.no is 1, expected 2", s.path(3),
+                        value_at(shard(1, 3, 5, {"d", "e"}), 0, "split.no")));
 }
 
 TEST(model, split_no_missing) {
@@ -137,9 +146,22 @@ TEST(model, split_tensors_count_mismatch) {
   s.write(1, shard(0, 3, 7, {"a", "b"}));
   s.write(2, shard(1, 3, 7, {"c"}));
   s.write(3, shard(2, 3, 7, {"d", "e"}));
-  EXPECT_EQ(s.error_of(s.path(1)), s.path(1) +
-                                       ": key 'split.tensors.count': split.tensors.count is 7, "
-                                       "but the shards hold 5 tensors");
+  EXPECT_EQ(s.error_of(s.path(1)),
+            fmt::format("{}: key 'split.tensors.count': at byte {}: split.tensors.count is 7, "
+                        "but the shards hold 5 tensors",
+                        s.path(1), value_at(shard(0, 3, 7, {"a", "b"}), 3, "split.tensors.count")));
+}
+
+// gguf-split writes one total into every shard: a shard that says otherwise is from another set.
+TEST(model, split_tensors_count_differs_between_shards) {
+  SplitSet s;
+  s.write_all();
+  s.write(2, shard(1, 3, 6, {"c"}));
+  EXPECT_EQ(
+      s.error_of(s.path(1)),
+      fmt::format("{}: key 'split.tensors.count': at byte {}: split.tensors.count is 6, "
+                  "but the first shard ('{}') says 5",
+                  s.path(2), value_at(shard(1, 3, 6, {"c"}), 2, "split.tensors.count"), s.path(1)));
 }
 
 TEST(model, split_key_of_wrong_type) {
@@ -149,7 +171,7 @@ TEST(model, split_key_of_wrong_type) {
   b.u32("split.no", 1).u16("split.count", 3).i32("split.tensors.count", 5).tensor("c", 0, {4});
   s.write(2, b);
   EXPECT_EQ(s.error_of(s.path(1)), s.path(2) +
-                                       ": key 'split.no': at byte 24: split.no must be a "
+                                       ": key 'split.no': at byte 40: split.no must be a "
                                        "non-negative u16, found u32");
 }
 
@@ -158,7 +180,7 @@ TEST(model, negative_split_tensors_count) {
   s.write(1, shard(0, 3, -1, {"a", "b"}));
   s.write(2, shard(1, 3, 5, {"c"}));
   s.write(3, shard(2, 3, 5, {"d", "e"}));
-  const uint64_t at = shard(0, 3, -1, {"a", "b"}).layout().kv_offsets[3];
+  const uint64_t at = value_at(shard(0, 3, -1, {"a", "b"}), 3, "split.tensors.count");
   EXPECT_EQ(s.error_of(s.path(1)),
             fmt::format("{}: key 'split.tensors.count': at byte {}: split.tensors.count must be "
                         "a non-negative i32, found -1",
@@ -192,12 +214,16 @@ TEST(model, single_file_of_a_set_is_refused_with_hint) {
   SplitSet s;
   const std::string p = s.dir.file("lonely.gguf");
   shard(0, 3, 5, {"a", "b"}).write_file(p);
-  EXPECT_EQ(s.error_of(p), p + ": key 'split.count': file is shard 1 of a split set of 3; open the "
-                               "set by its first shard's name (<prefix>-00001-of-00003.gguf)");
+  EXPECT_EQ(s.error_of(p),
+            fmt::format("{}: key 'split.count': at byte {}: file is shard 1 of a split set of 3; "
+                        "open the set by its first shard's name (<prefix>-00001-of-00003.gguf)",
+                        p, value_at(shard(0, 3, 5, {"a", "b"}), 2, "split.count")));
   const std::string q = s.dir.file("middle.gguf");
   shard(1, 3, 5, {"c"}).write_file(q);
-  EXPECT_EQ(s.error_of(q), q + ": key 'split.count': file is shard 2 of a split set of 3; open the "
-                               "set by its first shard's name (<prefix>-00001-of-00003.gguf)");
+  EXPECT_EQ(s.error_of(q),
+            fmt::format("{}: key 'split.count': at byte {}: file is shard 2 of a split set of 3; "
+                        "open the set by its first shard's name (<prefix>-00001-of-00003.gguf)",
+                        q, value_at(shard(1, 3, 5, {"c"}), 1, "split.count")));
 }
 
 TEST(model, set_of_one_opens_as_a_single_file) {

@@ -206,21 +206,21 @@ TEST(reader, rejects_alignment_of_wrong_type) {
   const auto b = with({DefectKind::kAlignmentWrongType});
   EXPECT_EQ(error_of(b), fmt::format("mem.gguf: key 'general.alignment': at byte {}: "
                                      "general.alignment must be u32, found u64",
-                                     b.layout().kv_offsets[4]));
+                                     b.layout().kv_type_offsets[4]));
 }
 
 TEST(reader, rejects_alignment_zero) {
   const auto b = with({DefectKind::kAlignmentZero});
   EXPECT_EQ(error_of(b), fmt::format("mem.gguf: key 'general.alignment': at byte {}: "
                                      "general.alignment must be a non-zero power of two, found 0",
-                                     b.layout().kv_offsets[4]));
+                                     b.layout().kv_value_offsets[4]));
 }
 
 TEST(reader, rejects_alignment_not_power_of_two) {
   const auto b = with({DefectKind::kAlignmentNotPowerOf2});
   EXPECT_EQ(error_of(b), fmt::format("mem.gguf: key 'general.alignment': at byte {}: "
                                      "general.alignment must be a non-zero power of two, found 48",
-                                     b.layout().kv_offsets[4]));
+                                     b.layout().kv_value_offsets[4]));
 }
 
 TEST(reader, honours_every_alignment) {
@@ -295,6 +295,7 @@ TEST(reader, rejects_row_not_multiple_of_block) {
 TEST(reader, accepts_unknown_type_id_but_cannot_size_it) {
   const auto b = with({DefectKind::kUnknownTypeId, 1});
   const auto f = parse(b);
+  const uint64_t type_at = b.layout().tensor_type_offsets[1];
   const TensorInfo& t = f->tensors()[1];
   EXPECT_EQ(t.type_id, 99u);
   EXPECT_FALSE(t.bytes);
@@ -306,12 +307,13 @@ TEST(reader, accepts_unknown_type_id_but_cannot_size_it) {
     EXPECT_EQ(std::string(e.what()),
               fmt::format("mem.gguf: tensor 'blk.0.attn_q.weight': at byte {}: type 99 (unknown "
                           "id) has no known size; this operation needs it",
-                          t.info_offset));
+                          type_at));
   }
 }
 
 TEST(reader, accepts_removed_type_id_but_cannot_size_it) {
-  const auto f = parse(with({DefectKind::kRemovedTypeId, 0}));
+  const auto b = with({DefectKind::kRemovedTypeId, 0});
+  const auto f = parse(b);
   const TensorInfo& t = f->tensors()[0];
   EXPECT_EQ(t.type_id, 4u);
   EXPECT_FALSE(t.bytes);
@@ -322,7 +324,7 @@ TEST(reader, accepts_removed_type_id_but_cannot_size_it) {
     EXPECT_EQ(std::string(e.what()),
               fmt::format("mem.gguf: tensor 'token_embd.weight': at byte {}: type 4 (removed "
                           "from ggml) has no known size; this operation needs it",
-                          t.info_offset));
+                          b.layout().tensor_type_offsets[0]));
   }
 }
 
@@ -409,7 +411,7 @@ TEST(reader, rejects_misaligned_offset) {
   const auto b = with({DefectKind::kMisalignedOffset, 1});
   EXPECT_EQ(error_of(b), fmt::format("mem.gguf: tensor 'blk.0.attn_q.weight': at byte {}: data "
                                      "offset 129 is not a multiple of the alignment 32",
-                                     b.layout().tensor_info_offsets[1]));
+                                     b.layout().tensor_offset_fields[1]));
 }
 
 TEST(reader, rejects_offset_past_eof) {
@@ -418,7 +420,7 @@ TEST(reader, rejects_offset_past_eof) {
   EXPECT_EQ(error_of(b),
             fmt::format("mem.gguf: tensor 'blk.0.attn_q.weight': at byte {}: data offset {} is "
                         "past end of file (data section holds 256 bytes)",
-                        l.tensor_info_offsets[1], 256 + 1024 * 32));
+                        l.tensor_offset_fields[1], 256 + 1024 * 32));
 }
 
 TEST(reader, rejects_data_past_eof) {

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <nlohmann/json.hpp>
 
 #include "cli_run.h"
@@ -367,9 +368,10 @@ TEST(requant, row_length_not_fitting_the_block_is_an_error_naming_the_tensor) {
     requant(in, {GgmlType::Q4_K, {}, nullptr, 1});
     FAIL() << "expected an error";
   } catch (const Error& e) {
+    // Byte 100 is ne0: the tensor info at 69, its name's length and 19 bytes, n_dims.
     EXPECT_EQ(std::string(e.what()),
               dir.file("odd.gguf") +
-                  ": tensor 'blk.0.attn_q.weight': at byte 69: row length 96 is not a multiple "
+                  ": tensor 'blk.0.attn_q.weight': at byte 100: row length 96 is not a multiple "
                   "of the q4_K block size 256");
   }
 }
@@ -430,6 +432,46 @@ TEST(requant, legacy_imatrix_weights_each_expert_with_its_slice) {
   EXPECT_NE(0, std::memcmp(plain.data(), got.data(), got.size()));
   EXPECT_EQ(out.metadata().get_string("quantize.imatrix.file"), dir.file("imatrix.dat"));
   EXPECT_EQ(out.metadata().get_string("quantize.imatrix.dataset"), "calibration.txt");
+  // As llama-quantize writes them: its integer overrides are u32.
+  const Value* entries = out.metadata().find("quantize.imatrix.entries_count");
+  const Value* chunks = out.metadata().find("quantize.imatrix.chunks_count");
+  ASSERT_NE(entries, nullptr);
+  ASSERT_NE(chunks, nullptr);
+  EXPECT_EQ(entries->type(), ValueType::kU32);
+  EXPECT_EQ(entries->as_uint(), 1u);
+  EXPECT_EQ(chunks->type(), ValueType::kU32);
+  EXPECT_EQ(chunks->as_uint(), 100u);
+}
+
+// A legacy .dat without its trailer (older llama-imatrix), or with an empty dataset name, gives
+// no chunk count and no dataset: llama-quantize then writes neither key, and neither do we.
+TEST(requant, imatrix_without_chunks_or_dataset_records_neither) {
+  TempDir dir;
+  const Model in = Model::open(write_f16_model(dir));
+  const std::string name = "blk.0.attn_q_a.weight";
+  const TensorRef* t = in.find(name);
+  ASSERT_NE(t, nullptr);
+  write_legacy_imatrix(dir.file("im.dat"), {{name, ramp(t->info->shape[0], 0.5f)}}, 1);
+  const auto full = std::filesystem::file_size(dir.file("im.dat"));
+  const auto run = [&](const std::string& out) {
+    const Imatrix im = Imatrix::load(dir.file("im.dat"));
+    const auto r = requant(in, {GgmlType::Q4_K, parse_selector({}, {}, {name}), &im, 1});
+    return Model::open(write_plan(r.plan, dir.file(out), {}).paths.front());
+  };
+  std::filesystem::resize_file(dir.file("im.dat"), full - 23);  // no trailer
+  const Model plain = run("plain.gguf");
+  EXPECT_EQ(plain.metadata().get_string("quantize.imatrix.file"), dir.file("im.dat"));
+  EXPECT_EQ(plain.metadata().find("quantize.imatrix.chunks_count"), nullptr);
+  EXPECT_EQ(plain.metadata().find("quantize.imatrix.dataset"), nullptr);
+  ASSERT_NE(plain.metadata().find("quantize.imatrix.entries_count"), nullptr);
+  {  // a trailer with chunk count 12 and a dataset name of length 0
+    std::ofstream f(dir.file("im.dat"), std::ios::binary | std::ios::app);
+    const int32_t trailer[2] = {12, 0};
+    f.write(reinterpret_cast<const char*>(trailer), sizeof trailer);
+  }
+  const Model unnamed = run("unnamed.gguf");
+  EXPECT_EQ(unnamed.metadata().find("quantize.imatrix.dataset"), nullptr);
+  EXPECT_EQ(unnamed.metadata().get_uint("quantize.imatrix.chunks_count"), 12u);
 }
 
 // quantize.imatrix.* name the matrix an encoder used: a later step that uses none (q8_0 takes
@@ -527,7 +569,9 @@ TEST(requant, gguf_imatrix_with_an_empty_entry) {
   bad.tensors.push_back(
       {"w.counts", 0, {1, 2}, 8, MemoryBytes{std::make_shared<std::vector<uint8_t>>(8, 0)}});
   write_plan(bad, dir.file("bad.gguf"), {});
-  const auto info = GgufFile::open(dir.file("bad.gguf"))->find_tensor("w.in_sum2")->info_offset;
+  // Named at its shape: n_dims, after the name's length and its 9 bytes.
+  const auto info =
+      GgufFile::open(dir.file("bad.gguf"))->find_tensor("w.in_sum2")->info_offset + 8 + 9;
   try {
     Imatrix::load(dir.file("bad.gguf"));
     FAIL();
@@ -569,23 +613,29 @@ TEST(requant, gguf_imatrix_divides_by_counts_and_unused_experts_weigh_one) {
   EXPECT_EQ(w0[5], sums[5] / 2.0f);
   EXPECT_EQ(w1[5], 1.0f);
   EXPECT_EQ(w2[5], sums[2 * ne0 + 5] / 4.0f);
+  // A misfit is named at the in_sum2 tensor's shape (n_dims, after its name's length and bytes).
+  const std::string sums_name = "blk.0.ffn_up_exps.weight.in_sum2";
+  const uint64_t shape_at =
+      GgufFile::open(dir.file("im.gguf"))->find_tensor(sums_name)->info_offset + 8 +
+      sums_name.size();
   try {
     im.weights("blk.0.ffn_up_exps.weight", 512, 3, 0);
     FAIL();
   } catch (const Error& e) {
     EXPECT_EQ(std::string(e.what()),
-              dir.file("im.gguf") +
-                  ": tensor 'blk.0.ffn_up_exps.weight': importance entry has 768 values; "
-                  "expected 512 (columns) or 1536 (3 experts x 512 columns)");
+              fmt::format("{}: tensor 'blk.0.ffn_up_exps.weight': at byte {}: importance entry "
+                          "has 768 values; expected 512 (columns) or 1536 (3 experts x 512 "
+                          "columns)",
+                          dir.file("im.gguf"), shape_at));
   }
   try {  // a 2-D tensor has no experts to speak of
     im.weights("blk.0.ffn_up_exps.weight", 512, 1, 0);
     FAIL();
   } catch (const Error& e) {
     EXPECT_EQ(std::string(e.what()),
-              dir.file("im.gguf") +
-                  ": tensor 'blk.0.ffn_up_exps.weight': importance entry has 768 values; "
-                  "expected 512 (one per column)");
+              fmt::format("{}: tensor 'blk.0.ffn_up_exps.weight': at byte {}: importance entry "
+                          "has 768 values; expected 512 (one per column)",
+                          dir.file("im.gguf"), shape_at));
   }
 }
 
@@ -602,6 +652,67 @@ TEST(requant, model_file_is_not_an_imatrix) {
               model +
                   ": no importance entries (tensors named '<tensor>.in_sum2' with "
                   "'<tensor>.counts'); not an imatrix file?");
+  }
+}
+
+// The counts of a legacy entry: each refusal names the field it is about.
+TEST(requant, legacy_imatrix_with_bad_counts_is_refused_at_the_field) {
+  TempDir dir;
+  // 4 + 4 (entry count, name length) + 19 (name): ncall at byte 27, nval at 31.
+  const std::string path = dir.file("im.dat");
+  const auto patch = [&](uint64_t at, int32_t v) {
+    write_legacy_imatrix(path, {{"blk.0.attn_q.weight", ramp(256, 1.0f)}}, 1);
+    std::fstream f(path, std::ios::binary | std::ios::in | std::ios::out);
+    f.seekp(static_cast<std::streamoff>(at));
+    f.write(reinterpret_cast<const char*>(&v), 4);
+  };
+  const auto error_of = [&] {
+    try {
+      Imatrix::load(path);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  patch(27, -1);
+  EXPECT_EQ(error_of(), path + ": tensor 'blk.0.attn_q.weight': at byte 27: ncall -1 is negative");
+  patch(31, 0);
+  EXPECT_EQ(error_of(),
+            path + ": tensor 'blk.0.attn_q.weight': at byte 31: nval 0 is not positive");
+  // A length that does not fit the weight is found when the weight asks for it, at its nval.
+  write_legacy_imatrix(path, {{"blk.0.attn_q.weight", ramp(255, 1.0f)}}, 1);
+  const Imatrix im = Imatrix::load(path);
+  try {
+    im.weights("blk.0.attn_q.weight", 256, 1, 0);
+    ADD_FAILURE() << "a misfit was accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()),
+              path +
+                  ": tensor 'blk.0.attn_q.weight': at byte 31: importance entry has 255 "
+                  "values; expected 256 (one per column)");
+  }
+}
+
+// llama-quantize refuses a GGUF imatrix whose sums and counts do not pair up, either way.
+TEST(requant, gguf_imatrix_counts_without_sums_are_refused) {
+  TempDir dir;
+  Plan p;
+  p.metadata.set("general.type", Value::string("imatrix"));
+  const auto floats = [](size_t n) {
+    return MemoryBytes{std::make_shared<std::vector<uint8_t>>(n * 4, 0)};
+  };
+  p.tensors.push_back({"a.in_sum2", 0, {32, 1}, 128, floats(32)});
+  p.tensors.push_back({"a.counts", 0, {1, 1}, 4, floats(1)});
+  p.tensors.push_back({"b.counts", 0, {1, 1}, 4, floats(1)});
+  write_plan(p, dir.file("im.gguf"), {});
+  const auto info = GgufFile::open(dir.file("im.gguf"))->find_tensor("b.counts")->info_offset;
+  try {
+    Imatrix::load(dir.file("im.gguf"));
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()),
+              fmt::format("{}: tensor 'b.counts': at byte {}: no matching 'b.in_sum2' tensor",
+                          dir.file("im.gguf"), info));
   }
 }
 
@@ -658,10 +769,47 @@ TEST(requant, a_non_finite_scale_from_finite_values_is_refused) {
   EXPECT_EQ(res.err, fmt::format("gguf-requant: error: {}: tensor 'blk.0.attn_q_a.weight': at "
                                  "byte {}: row 0: its values are finite, but q4_K gives block 0 a "
                                  "non-finite scale ('d': the values or their importance weights "
-                                 "are too large for its float sums, and llama.cpp would compute "
-                                 "NaN with it)\n",
+                                 "are too large for its scale arithmetic, and llama.cpp would "
+                                 "compute NaN with it)\n",
                                  in, t->data_start()));
   EXPECT_FALSE(std::filesystem::exists(dir.file("o.gguf")));
+}
+
+// mxfp4's exponent byte is floor(log2(max |x|)) - 2 + 127: a block whose largest magnitude is
+// in [2^-126, 2^-125) gets 0xff, E8M0's NaN (ggml writes it; llama-quantize's validation
+// refuses the file). Refused as a non-finite scale; a block just above or below is fine.
+TEST(requant, mxfp4_block_whose_exponent_would_be_nan_is_refused) {
+  TempDir dir;
+  const auto model = [&](float tiny, const std::string& name) {
+    std::vector<float> v(64, 0.0f);
+    for (int i = 0; i < 32; ++i) v[i] = 1.0f + static_cast<float>(i) / 8.0f;
+    v[32] = tiny;  // row 1: one tiny value, the rest zero
+    auto b = std::make_shared<std::vector<uint8_t>>(v.size() * 4);
+    std::memcpy(b->data(), v.data(), b->size());
+    Plan p;
+    p.metadata.set("general.architecture", Value::string("llama"));
+    p.tensors.push_back({"blk.0.attn_q.weight", 0, {32, 2}, b->size(), MemoryBytes{b}});
+    return write_plan(p, dir.file(name), {}).paths.front();
+  };
+  const float min_normal = std::numeric_limits<float>::min();  // 2^-126
+  const std::string bad = model(min_normal * 1.5f, "bad.gguf");
+  const Model m = Model::open(bad);
+  const uint64_t row1 = m.find("blk.0.attn_q.weight")->data_start() + 32 * 4;
+  auto res = run_cli("gguf-requant", {bad, "-o", dir.file("o.gguf"), "--type", "mxfp4"});
+  EXPECT_EQ(res.code, 1);
+  EXPECT_EQ(res.err,
+            fmt::format("gguf-requant: error: {}: tensor 'blk.0.attn_q.weight': at byte {}: row "
+                        "1: its values are finite, but mxfp4 gives block 0 a non-finite scale "
+                        "('e': E8M0 0xff, the format's NaN, which ggml's exponent rule gives a "
+                        "block whose largest magnitude lies in [2^-126, 2^-125); llama.cpp's "
+                        "quantizer refuses it)\n",
+                        bad, row1));
+  EXPECT_FALSE(std::filesystem::exists(dir.file("o.gguf")));
+  for (const float ok : {min_normal * 2.0f, min_normal / 2.0f}) {
+    const std::string in = model(ok, fmt::format("ok-{}.gguf", ok == min_normal / 2.0f));
+    res = run_cli("gguf-requant", {in, "-o", dir.file("o.gguf"), "--type", "mxfp4", "--force"});
+    EXPECT_EQ(res.code, 0) << ok << res.err;
+  }
 }
 
 // Importance values are sums of squares: a negative, NaN or infinite one is refused, naming

@@ -54,7 +54,9 @@ TEST(splice_errors, shape_mismatch) {
       if (t.name == "blk.3.ffn_down_exps.weight") t.shape = {128, 512, 4};  // same byte count
   });
   const Model base = Model::open(fx().base), donor = Model::open(path);
-  const uint64_t at = donor.find("blk.3.ffn_down_exps.weight")->info->info_offset;
+  // The shape starts at n_dims, after the name's length and bytes.
+  const TensorInfo& info = *donor.find("blk.3.ffn_down_exps.weight")->info;
+  const uint64_t at = info.info_offset + 8 + info.name.size();
   EXPECT_EQ(message_of([&] { splice_one(base, donor, selector({"3"})); }),
             fmt::format("{}: tensor 'blk.3.ffn_down_exps.weight': at byte {}: shape [128, 512, 4] "
                         "differs from the base's [256, 256, 4] in '{}'",
@@ -98,10 +100,12 @@ TEST(splice_errors, donor_type_unknown_or_removed) {
                                 std::pair<uint32_t, std::string>{4, "removed from ggml"}}) {
     patch_type(path, name, id);
     const Model donor = Model::open(path);
-    EXPECT_EQ(message_of([&] { splice_one(base, donor, selector({"3"})); }),
-              fmt::format("{}: tensor '{}': at byte {}: type {} ({}) has no known size; its "
-                          "payload cannot be spliced",
-                          path, name, donor.find(name)->info->info_offset, id, why));
+    EXPECT_EQ(
+        message_of([&] { splice_one(base, donor, selector({"3"})); }),
+        fmt::format("{}: tensor '{}': at byte {}: type {} ({}) has no known size; its "
+                    "payload cannot be spliced",
+                    path, name, donor.find(name)->info->info_offset + 8 + name.size() + 4 + 8 * 3,
+                    id, why));
   }
 }
 

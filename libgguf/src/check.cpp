@@ -239,17 +239,17 @@ class Checker {
     if (!kv) return;
     const std::string obj = key_object(kv->key);
     if (kv->value.type() != ValueType::kU32)
-      return add(f, obj, kv->offset,
+      return add(f, obj, kv->type_offset(),
                  fmt::format("general.alignment must be u32, found {}",
                              value_type_name(kv->value.type())));
     const uint64_t a = *kv->value.as_uint();
     if (a == 0 || !std::has_single_bit(a))
-      return add(f, obj, kv->offset,
+      return add(f, obj, kv->value_offset(),
                  fmt::format("general.alignment must be a non-zero power of two, found {}", a));
     if (a >= kGgmlTensorAlignment) return;
     for (const TensorInfo& t : f.tensors()) {
       if (f.data_start(t) % kGgmlTensorAlignment == 0) continue;
-      return add(f, obj, kv->offset,
+      return add(f, obj, kv->value_offset(),
                  fmt::format("general.alignment {} lets tensor data start off a 32-byte boundary "
                              "('{}' at byte {}); llama.cpp aborts when it memory-maps the file "
                              "(ggml's CPU backend asserts 32-byte alignment)",
@@ -272,21 +272,21 @@ class Checker {
           fmt::format("name contains a NUL byte at position {}; ggml would read it as '{}'", nul,
                       escape_for_terminal(t.name.substr(0, nul))));
     if (t.shape.size() > kMaxDims)
-      add(f, obj, t.info_offset,
+      add(f, obj, t.dims_offset(),
           fmt::format("n_dims {} exceeds ggml's maximum of {}", t.shape.size(), kMaxDims));
     const TypeTraits* tr = find_type(t.type_id);
     if (!tr)
-      add(f, obj, t.info_offset,
+      add(f, obj, t.type_offset(),
           fmt::format("unknown type id {}; ggml refuses ids outside 0-{}", t.type_id,
                       kTypeCount - 1));
     else if (tr->removed)
-      add(f, obj, t.info_offset,
+      add(f, obj, t.type_offset(),
           fmt::format("type id {} ({}) was removed from ggml, which refuses it", t.type_id,
                       tr->name));
     else if (is_activation_only(static_cast<GgmlType>(t.type_id)))
       // ggml's CPU backend has no matrix product or row lookup with these as weights: llama.cpp
       // loads such a file, then crashes (SIGSEGV, or a fatal error in get_rows).
-      add(f, obj, t.info_offset,
+      add(f, obj, t.type_offset(),
           fmt::format("type {} is one ggml uses only for activations: llama.cpp loads the file "
                       "but crashes computing with this tensor",
                       tr->name),
@@ -294,7 +294,7 @@ class Checker {
     if (!t.bytes) return false;
     // The reader refuses the next two; a partially parsed file may still carry them.
     if (t.offset % f.alignment() != 0) {
-      add(f, obj, t.info_offset,
+      add(f, obj, t.data_offset_field(),
           fmt::format("data offset {} is not a multiple of the alignment {}", t.offset,
                       f.alignment()));
       return false;
@@ -302,7 +302,7 @@ class Checker {
     const uint64_t size = f.file_size();
     const uint64_t start = f.data_offset() + t.offset;
     if (t.offset > size || f.data_offset() > size - t.offset || *t.bytes > size - start) {
-      add(f, obj, t.info_offset,
+      add(f, obj, t.data_offset_field(),
           fmt::format("data runs past end of file (needs {} bytes at offset {}, file has {})",
                       *t.bytes, t.offset, size));
       return false;
@@ -370,7 +370,7 @@ class Checker {
       return add(f, key_object("general.architecture"), std::nullopt,
                  "missing; llama.cpp's loader refuses a model without its architecture");
     if (arch->value.type() != ValueType::kString)
-      add(f, key_object("general.architecture"), arch->offset,
+      add(f, key_object("general.architecture"), arch->type_offset(),
           fmt::format("general.architecture must be a string, found {}",
                       value_type_name(arch->value.type())));
   }
@@ -396,11 +396,11 @@ class Checker {
       return;
     }
     if (kv->value.type() != ValueType::kU32)
-      return add(f, key_object(kQuantVersion), kv->offset,
+      return add(f, key_object(kQuantVersion), kv->type_offset(),
                  fmt::format("general.quantization_version must be u32, found {}",
                              value_type_name(kv->value.type())));
     if (const uint64_t v = *kv->value.as_uint(); v != 2)
-      add(f, key_object(kQuantVersion), kv->offset,
+      add(f, key_object(kQuantVersion), kv->value_offset(),
           fmt::format("general.quantization_version is {}; ggml's quantized formats are at "
                       "version 2",
                       v),
@@ -418,7 +418,7 @@ class Checker {
       if (!tn.layer || !(tn.suffix.empty() || tn.suffix == "weight")) continue;
       const auto [it, fresh] = first.emplace(*tn.layer, &t);
       if (fresh || it->second->info->type_id == t.info->type_id) continue;
-      add(*t.file, tensor_object(t.name()), t.info->info_offset,
+      add(*t.file, tensor_object(t.name()), t.info->type_offset(),
           fmt::format("type {} differs from {} of tensor '{}' in layer {}; ds4 requires the "
                       "routed gate and up experts of a layer to share one type",
                       type_name(t.info->type_id), type_name(it->second->info->type_id),
@@ -528,7 +528,9 @@ class Checker {
 std::optional<std::pair<uint64_t, std::string>> first_nonfinite_scale(
     GgmlType type, std::span<const uint8_t> blocks) {
   const ScanLayout l = scan_layout(static_cast<uint32_t>(type));
-  if (l.scan != Scan::kHalfScales && l.scan != Scan::kQ8K && l.scan != Scan::kIQ1M) return {};
+  if (l.scan != Scan::kHalfScales && l.scan != Scan::kQ8K && l.scan != Scan::kIQ1M &&
+      l.scan != Scan::kE8M0)
+    return {};
   const uint64_t unit = traits(type).type_size;
   Hits h;
   scan_blocks(l, blocks.data(), blocks.size() / unit, unit, 0, h);

@@ -83,12 +83,21 @@ void encode_rows(const RowEncoder& e, uint64_t row_bytes, int64_t first, int64_t
         const uint64_t row = static_cast<uint64_t>(r) + k;
         std::optional<uint64_t> at;
         if (!e.source_path.empty()) at = e.source_offset + row * e.source_row_bytes;
+        // mxfp4's exponent is floor(log2(max |x|)) - 2 + 127 as a byte: a block whose largest
+        // magnitude lies in [2^-126, 2^-125) gets 0xff, E8M0's NaN. Every other type's scale
+        // overflows only from values too large for its arithmetic.
+        const std::string why =
+            e.type == GgmlType::MXFP4
+                ? "E8M0 0xff, the format's NaN, which ggml's exponent rule gives a block whose "
+                  "largest magnitude lies in [2^-126, 2^-125); llama.cpp's quantizer refuses it"
+                : fmt::format(
+                      "the values{} are too large for its scale arithmetic, and llama.cpp "
+                      "would compute NaN with it",
+                      imp.empty() ? "" : " or their importance weights");
         throw Error(e.source_path, tensor_object(e.tensor_name), at,
                     fmt::format("row {}: its values are finite, but {} gives block {} a "
-                                "non-finite scale ('{}': the values{} are too large for its float "
-                                "sums, and llama.cpp would compute NaN with it)",
-                                row, traits(e.type).name, bad->first % per_row, bad->second,
-                                imp.empty() ? "" : " or their importance weights"));
+                                "non-finite scale ('{}': {})",
+                                row, traits(e.type).name, bad->first % per_row, bad->second, why));
       }
     }
     if (e.exact) {

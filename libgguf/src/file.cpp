@@ -60,12 +60,16 @@ bool same_shape(const std::vector<int64_t>& a, const std::vector<int64_t>& b) {
 
 uint64_t TensorInfo::require_bytes(const std::string& path) const {
   if (bytes) return *bytes;
-  throw Error(path, tensor_object(name), info_offset,
+  throw Error(path, tensor_object(name), type_offset(),
               fmt::format("type {} ({}) has no known size; this operation needs it", type_id,
                           find_type(type_id) ? "removed from ggml" : "unknown id"));
 }
 
 void TensorInfo::require_ggml_name(const std::string& path) const {
+  if (name.empty())
+    throw Error(path, tensor_object(name), info_offset,
+                "empty tensor name; no output can carry it (llama.cpp's loader refuses a "
+                "tensor it does not know)");
   if (name.size() <= kMaxNameBytes) return;
   throw Error(path, tensor_object(name), info_offset,
               fmt::format("tensor name is {} bytes; ggml allows at most {}, so ggml could not "
@@ -243,12 +247,13 @@ class Parser {
     if (!kv) return;
     object_ = key_object(kv->key);
     const Value* v = &kv->value;
-    const uint64_t at = kv->offset;
     if (v->type() != ValueType::kU32)
-      fail(at, fmt::format("general.alignment must be u32, found {}", value_type_name(v->type())));
+      fail(kv->type_offset(),
+           fmt::format("general.alignment must be u32, found {}", value_type_name(v->type())));
     const uint64_t a = *v->as_uint();
     if (a == 0 || !std::has_single_bit(a))
-      fail(at, fmt::format("general.alignment must be a non-zero power of two, found {}", a));
+      fail(kv->value_offset(),
+           fmt::format("general.alignment must be a non-zero power of two, found {}", a));
     f_.alignment_ = a;
   }
 
@@ -301,11 +306,12 @@ class Parser {
   void tensor_data(const TensorInfo& t) {
     object_ = tensor_object(t.name);
     if (t.offset % f_.alignment_ != 0)
-      fail(t.info_offset, fmt::format("data offset {} is not a multiple of the alignment {}",
-                                      t.offset, f_.alignment_));
+      fail(t.data_offset_field(),
+           fmt::format("data offset {} is not a multiple of the alignment {}", t.offset,
+                       f_.alignment_));
     const uint64_t data_left = size_ > f_.data_offset_ ? size_ - f_.data_offset_ : 0;
     if (t.offset > data_left)
-      fail(t.info_offset,
+      fail(t.data_offset_field(),
            fmt::format("data offset {} is past end of file (data section holds {} bytes)", t.offset,
                        data_left));
     if (t.bytes && *t.bytes > data_left - t.offset)

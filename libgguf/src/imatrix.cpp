@@ -28,10 +28,10 @@ std::span<const float> Imatrix::weights(const std::string& tensor, int64_t n_per
     return std::span<const float>(e->values).subspan(static_cast<size_t>(mat * n_per_row),
                                                      static_cast<size_t>(n_per_row));
   if (n_mat <= 1)
-    throw Error(path_, tensor_object(tensor), std::nullopt,
+    throw Error(path_, tensor_object(tensor), e->at,
                 fmt::format("importance entry has {} values; expected {} (one per column)", total,
                             n_per_row));
-  throw Error(path_, tensor_object(tensor), std::nullopt,
+  throw Error(path_, tensor_object(tensor), e->at,
               fmt::format("importance entry has {} values; expected {} (columns) or {} "
                           "({} experts x {} columns)",
                           total, n_per_row, n_mat * n_per_row, n_mat, n_per_row));
@@ -108,15 +108,16 @@ Imatrix Imatrix::parse_legacy(const ByteSource& src) {
     const auto nb = r.take(static_cast<uint64_t>(len), entry, "name");
     std::string name(reinterpret_cast<const char*>(nb.data()), nb.size());
     const std::string object = tensor_object(name);
+    const uint64_t ncall_at = r.pos();
     const int32_t ncall = r.i32(object, "ncall");
+    if (ncall < 0) throw Error(path, object, ncall_at, fmt::format("ncall {} is negative", ncall));
     const uint64_t nval_at = r.pos();
     const int32_t nval = r.i32(object, "nval");
-    if (nval <= 0 || ncall < 0)
-      throw Error(path, object, nval_at,
-                  fmt::format("bad counts (ncall {}, nval {})", ncall, nval));
+    if (nval <= 0) throw Error(path, object, nval_at, fmt::format("nval {} is not positive", nval));
     const uint64_t values_at = r.pos();
     const auto vb = r.take(static_cast<uint64_t>(nval) * 4, object, "values");
     ImatrixEntry e;
+    e.at = nval_at;
     e.values.resize(static_cast<size_t>(nval));
     std::memcpy(e.values.data(), vb.data(), vb.size());
     // The value as stored: a sum over ncall calls (dividing keeps its sign and finiteness).
@@ -141,7 +142,8 @@ Imatrix Imatrix::parse_legacy(const ByteSource& src) {
     if (len < 0 || static_cast<uint64_t>(len) > r.left())
       throw Error(path, {}, at, fmt::format("dataset name length {} runs past end of file", len));
     const auto b = r.take(static_cast<uint64_t>(len), "", "dataset name");
-    m.datasets_.emplace_back(reinterpret_cast<const char*>(b.data()), b.size());
+    // An empty name means none (llama-imatrix writes one when it had no prompt file).
+    if (len > 0) m.datasets_.emplace_back(reinterpret_cast<const char*>(b.data()), b.size());
   }
   return m;
 }
@@ -161,7 +163,7 @@ Imatrix Imatrix::parse_gguf(std::shared_ptr<const ByteSource> src) {
     m.chunk_count_ = static_cast<int64_t>(*c);
   const auto floats = [&](const TensorInfo& t) {
     if (t.type_id != static_cast<uint32_t>(GgmlType::F32))
-      throw Error(path, tensor_object(t.name), t.info_offset,
+      throw Error(path, tensor_object(t.name), t.type_offset(),
                   fmt::format("type {} where f32 is required", type_name(t.type_id)));
     const auto b = f->tensor_data(t);
     std::vector<float> v(b.size() / 4);
@@ -177,6 +179,7 @@ Imatrix Imatrix::parse_gguf(std::shared_ptr<const ByteSource> src) {
       throw Error(path, tensor_object(t.name), t.info_offset,
                   fmt::format("no matching '{}.counts' tensor", escape_for_terminal(name)));
     ImatrixEntry e;
+    e.at = t.dims_offset();
     e.ne0 = t.shape.empty() ? 1 : t.shape[0];
     e.n_mat = t.shape.size() > 1 ? t.shape[1] : 1;
     e.values = floats(t);
@@ -184,14 +187,14 @@ Imatrix Imatrix::parse_gguf(std::shared_ptr<const ByteSource> src) {
     if (e.ne0 < 0 || e.n_mat < 0 ||
         (e.ne0 > 0 && static_cast<uint64_t>(e.n_mat) > e.values.size() / e.ne0) ||
         static_cast<uint64_t>(e.ne0 * e.n_mat) != e.values.size())
-      throw Error(path, tensor_object(t.name), t.info_offset,
+      throw Error(path, tensor_object(t.name), t.dims_offset(),
                   fmt::format("shape {} holds {} values, not {} columns x {} matrices",
                               shape_text(t.shape), e.values.size(), e.ne0, e.n_mat));
     check_values(path, t.name, e.values.data(), e.values.size(), f->data_start(t), "value");
     const std::vector<float> c = floats(*counts);
     check_values(path, counts->name, c.data(), c.size(), f->data_start(*counts), "count");
     if (static_cast<int64_t>(c.size()) != e.n_mat)
-      throw Error(path, tensor_object(counts->name), counts->info_offset,
+      throw Error(path, tensor_object(counts->name), counts->dims_offset(),
                   fmt::format("{} counts for {} matrices", c.size(), e.n_mat));
     for (int64_t k = 0; k < e.n_mat; ++k) {
       float* v = e.values.data() + k * e.ne0;
@@ -201,6 +204,15 @@ Imatrix Imatrix::parse_gguf(std::shared_ptr<const ByteSource> src) {
     }
     m.entries_.emplace(name, std::move(e));
   }
+  // llama-quantize refuses counts without sums as it refuses sums without counts.
+  constexpr std::string_view kCounts = ".counts";
+  for (const auto& t : f->tensors())
+    if (t.name.size() > kCounts.size() && t.name.ends_with(kCounts)) {
+      const std::string name = t.name.substr(0, t.name.size() - kCounts.size());
+      if (!f->find_tensor(name + std::string(kSum)))
+        throw Error(path, tensor_object(t.name), t.info_offset,
+                    fmt::format("no matching '{}.in_sum2' tensor", escape_for_terminal(name)));
+    }
   // A GGUF without a single "<tensor>.in_sum2" is not an importance matrix (a model file
   // given by mistake would otherwise be taken as one that weights nothing).
   if (m.entries_.empty())

@@ -27,21 +27,29 @@ std::string split_path(const std::string& prefix, int index, int count) {
 
 namespace {
 
-std::optional<uint64_t> split_key(const GgufFile& f, const char* key, ValueType want) {
+// A split key's value and the byte its value is at (nullopt when the key is absent).
+struct SplitKey {
+  uint64_t value;
+  uint64_t at;
+};
+
+std::optional<SplitKey> split_key(const GgufFile& f, const char* key, ValueType want) {
   const Value* v = f.metadata().find(key);
   if (!v) return std::nullopt;
+  const KeyValue* kv = nullptr;
+  for (const auto& e : f.metadata().entries())
+    if (e.key == key) kv = &e;
+  const uint64_t at = kv->value_offset();
   if (v->type() != want || !v->as_uint()) {
-    uint64_t at = 0;
-    for (const auto& e : f.metadata().entries())
-      if (e.key == key) at = e.offset;
     // A negative value of the right type is named by its value, not by its type.
-    const std::string found = v->type() == want ? fmt::format("{}", v->as_int().value_or(0))
-                                                : std::string(value_type_name(v->type()));
+    const bool typed = v->type() == want;
+    const std::string found = typed ? fmt::format("{}", v->as_int().value_or(0))
+                                    : std::string(value_type_name(v->type()));
     throw Error(
-        f.path(), key_object(key), at,
+        f.path(), key_object(key), typed ? at : kv->type_offset(),
         fmt::format("{} must be a non-negative {}, found {}", key, value_type_name(want), found));
   }
-  return v->as_uint();
+  return SplitKey{*v->as_uint(), at};
 }
 
 // A file that an interrupted --force replacement set aside for path (the writer's
@@ -97,35 +105,47 @@ Model Model::from_files(std::vector<std::shared_ptr<const GgufFile>> shards) {
   m.shards_ = std::move(shards);
   const size_t n = m.shards_.size();
   uint64_t total = 0;
-  std::optional<uint64_t> declared_total;
+  std::optional<SplitKey> declared_total;  // the first shard's split.tensors.count
   for (size_t i = 0; i < n; ++i) {
     const GgufFile& f = *m.shards_[i];
     const auto count = split_key(f, "split.count", ValueType::kU16);
     const auto no = split_key(f, "split.no", ValueType::kU16);
     const auto tensors = split_key(f, "split.tensors.count", ValueType::kI32);
     if (n == 1) {
-      if (count && *count > 1)
-        throw Error(f.path(), key_object("split.count"), std::nullopt,
+      if (count && count->value > 1)
+        throw Error(f.path(), key_object("split.count"), count->at,
                     fmt::format("file is shard {} of a split set of {}; open the set by its "
                                 "first shard's name (<prefix>-00001-of-{:05d}.gguf)",
-                                no.value_or(0) + 1, *count, *count));
+                                no ? no->value + 1 : 1, count->value, count->value));
       continue;
     }
-    if (!count || *count != n)
-      throw Error(f.path(), key_object("split.count"), std::nullopt,
-                  fmt::format("split.count is {}, expected {}",
-                              count ? fmt::format("{}", *count) : std::string("missing"), n));
-    if (!no || *no != i)
-      throw Error(f.path(), key_object("split.no"), std::nullopt,
-                  fmt::format("split.no is {}, expected {}",
-                              no ? fmt::format("{}", *no) : std::string("missing"), i));
-    if (i == 0) declared_total = tensors;
+    const auto at = [](const std::optional<SplitKey>& k) {
+      return k ? std::optional<uint64_t>(k->at) : std::nullopt;
+    };
+    const auto text = [](const std::optional<SplitKey>& k) {
+      return k ? fmt::format("{}", k->value) : std::string("missing");
+    };
+    if (!count || count->value != n)
+      throw Error(f.path(), key_object("split.count"), at(count),
+                  fmt::format("split.count is {}, expected {}", text(count), n));
+    if (!no || no->value != i)
+      throw Error(f.path(), key_object("split.no"), at(no),
+                  fmt::format("split.no is {}, expected {}", text(no), i));
+    if (i == 0) {
+      declared_total = tensors;
+    } else if (tensors && declared_total && tensors->value != declared_total->value) {
+      // gguf-split writes the same total into every shard: these come from different sets.
+      throw Error(f.path(), key_object("split.tensors.count"), tensors->at,
+                  fmt::format("split.tensors.count is {}, but the first shard ('{}') says {}",
+                              tensors->value, escape_for_terminal(m.shards_[0]->path()),
+                              declared_total->value));
+    }
     total += f.tensors().size();
   }
-  if (n > 1 && declared_total && *declared_total != total)
-    throw Error(m.path(), key_object("split.tensors.count"), std::nullopt,
+  if (n > 1 && declared_total && declared_total->value != total)
+    throw Error(m.path(), key_object("split.tensors.count"), declared_total->at,
                 fmt::format("split.tensors.count is {}, but the shards hold {} tensors",
-                            *declared_total, total));
+                            declared_total->value, total));
   for (size_t s = 0; s < n; ++s) {
     const GgufFile& f = *m.shards_[s];
     for (const auto& t : f.tensors()) {

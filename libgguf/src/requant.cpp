@@ -159,12 +159,12 @@ RequantResult requant(const Model& model, const RequantOptions& o) {
     } else {
       const auto src_type = static_cast<GgmlType>(info.type_id);
       if (!can_decode(src_type))
-        throw Error(t.file->path(), tensor_object(info.name), info.info_offset,
+        throw Error(t.file->path(), tensor_object(info.name), info.type_offset(),
                     fmt::format("no decoder for its type {}", type_name(info.type_id)));
       const int64_t n_per_row = info.shape[0];
       const auto rb = row_bytes(o.type, static_cast<uint64_t>(n_per_row));
       if (!rb)
-        throw Error(t.file->path(), tensor_object(info.name), info.info_offset,
+        throw Error(t.file->path(), tensor_object(info.name), info.dims_offset() + 4,  // ne0
                     fmt::format("row length {} is not a multiple of the {} block size {}",
                                 n_per_row, target.name, target.block_size));
       const int64_t nrows = static_cast<int64_t>(info.n_elements) / std::max<int64_t>(1, n_per_row);
@@ -186,7 +186,7 @@ RequantResult requant(const Model& model, const RequantOptions& o) {
       std::string why;
       const ExactPath exact = o.exact ? exact_path(src_type, o.type, why) : ExactPath::kNone;
       if (o.exact && exact == ExactPath::kNone)
-        throw Error(t.file->path(), tensor_object(info.name), info.info_offset,
+        throw Error(t.file->path(), tensor_object(info.name), info.type_offset(),
                     why +
                         " (--layers, --role and --match choose the tensors to move; the others "
                         "are copied)");
@@ -299,10 +299,13 @@ RequantResult requant(const Model& model, const RequantOptions& o) {
     r.plan.metadata.set("quantize.imatrix.file", Value::string(o.imatrix->path()));
     if (!o.imatrix->datasets().empty())
       r.plan.metadata.set("quantize.imatrix.dataset", Value::string(o.imatrix->datasets().front()));
+    // As llama-quantize records them: its integer overrides are written as u32, and the chunk
+    // count only when the matrix gives one (a legacy .dat without its trailer does not).
     r.plan.metadata.set("quantize.imatrix.entries_count",
-                        Value::i32(static_cast<int32_t>(o.imatrix->size())));
-    r.plan.metadata.set("quantize.imatrix.chunks_count",
-                        Value::i32(static_cast<int32_t>(o.imatrix->chunk_count())));
+                        Value::u32(static_cast<uint32_t>(o.imatrix->size())));
+    if (o.imatrix->chunk_count() > 0)
+      r.plan.metadata.set("quantize.imatrix.chunks_count",
+                          Value::u32(static_cast<uint32_t>(o.imatrix->chunk_count())));
   }
   std::vector<const PlanTensor*> ptrs;
   for (const auto& t : r.plan.tensors) ptrs.push_back(&t);

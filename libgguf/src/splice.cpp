@@ -148,13 +148,13 @@ std::vector<std::optional<Claim>> resolve_claims(const Model& base, std::span<co
                     fmt::format("selected in the base ({}) but missing from the donor",
                                 donors[d].selector.describe()));
       if (!dt->info->bytes)
-        throw Error(dt->file->path(), object, dt->info->info_offset,
+        throw Error(dt->file->path(), object, dt->info->type_offset(),
                     fmt::format("type {} ({}) has no known size; its payload cannot be spliced",
                                 dt->info->type_id,
                                 find_type(dt->info->type_id) ? "removed from ggml" : "unknown id"));
       if (!same_shape(dt->info->shape, bt.info->shape))
         throw Error(
-            dt->file->path(), object, dt->info->info_offset,
+            dt->file->path(), object, dt->info->dims_offset(),
             fmt::format("shape {} differs from the base's {} in '{}'", shape_text(dt->info->shape),
                         shape_text(bt.info->shape), escape_for_terminal(bt.file->path())));
       claims[i] = Claim{d, dt};

@@ -293,7 +293,9 @@ GgufBuilder::Image GgufBuilder::image() const {
     const bool target = d.arg == i;
     img.layout.kv_offsets.push_back(w.pos());
     w.str(e.key, target && d.kind == K::kKeyPastEof ? std::optional(kHugeLength) : std::nullopt);
+    img.layout.kv_type_offsets.push_back(w.pos());
     w.u32(e.tag);
+    img.layout.kv_value_offsets.push_back(w.pos());
     const auto long_string = [&](size_t k) {
       return target && k == 0 && d.kind == K::kStringPastEof ? std::optional(kHugeLength)
                                                              : std::nullopt;
@@ -320,7 +322,9 @@ GgufBuilder::Image GgufBuilder::image() const {
     w.str(t.name);
     w.u32(static_cast<uint32_t>(t.shape.size()));
     for (int64_t ne : t.shape) w.i64(ne);
+    img.layout.tensor_type_offsets.push_back(w.pos());
     w.u32(t.type);
+    img.layout.tensor_offset_fields.push_back(w.pos());
     w.u64(declared[i]);
   }
   Layout& l = img.layout;

@@ -75,10 +75,14 @@ struct Defect {
 
 // Where things landed in the file the builder lays out (offsets as the reader reports them).
 struct Layout {
-  std::vector<uint64_t> kv_offsets;           // start of each key/value
-  std::vector<uint64_t> tensor_info_offsets;  // start of each tensor info
-  std::vector<uint64_t> tensor_offsets;       // offsets written in the infos (data-relative)
-  std::vector<uint64_t> tensor_bytes;         // payload bytes placed for each tensor
+  std::vector<uint64_t> kv_offsets;            // start of each key/value
+  std::vector<uint64_t> kv_type_offsets;       // its value type field
+  std::vector<uint64_t> kv_value_offsets;      // its value
+  std::vector<uint64_t> tensor_info_offsets;   // start of each tensor info
+  std::vector<uint64_t> tensor_type_offsets;   // its type field
+  std::vector<uint64_t> tensor_offset_fields;  // its data offset field
+  std::vector<uint64_t> tensor_offsets;        // offsets written in the infos (data-relative)
+  std::vector<uint64_t> tensor_bytes;          // payload bytes placed for each tensor
   uint64_t header_end = 0;
   uint64_t data_offset = 0;
   uint64_t file_size = 0;

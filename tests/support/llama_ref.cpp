@@ -8,6 +8,7 @@
 #include <dlfcn.h>
 
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <mutex>
@@ -71,9 +72,24 @@ struct Api {
 // Offsets in llama_model_quantize_params (llama.h): int32 nthread, int32 ftype, two ggml_type
 // overrides, then the bools allow_requantize, quantize_output_tensor, only_copy, pure,
 // keep_split, dry_run, then the pointer imatrix: an array of llama_model_imatrix_data
-// {name, data, size} ended by a null name.
+// {name, data, size} ended by a null name; then the pointer kv_overrides: an array of
+// llama_model_kv_override ended by an empty key.
 constexpr size_t kQuantNthread = 0, kQuantFtype = 4, kQuantAllowRequantize = 16, kQuantPure = 19,
-                 kQuantImatrix = 24;
+                 kQuantImatrix = 24, kQuantKvOverrides = 32;
+
+// llama_model_kv_override (llama.h): tag (0 int, 1 float, 2 bool, 3 string), key[128], then a
+// union of int64, double, bool and char[128].
+struct KvOverride {
+  int32_t tag;
+  char key[128];
+  union {
+    int64_t val_i64;
+    double val_f64;
+    bool val_bool;
+    char val_str[128];
+  };
+};
+static_assert(sizeof(KvOverride) == 264);
 Api api;
 
 }  // namespace
@@ -136,7 +152,8 @@ LlamaRef::LlamaRef() {
 }
 
 bool LlamaRef::quantize(const std::string& in, const std::string& out, int ftype, bool pure,
-                        bool allow_requantize, std::string& log, const Importance* imatrix) const {
+                        bool allow_requantize, std::string& log, const Importance* imatrix,
+                        const std::vector<Override>& overrides) const {
   if (!ok_) return false;
   static std::mutex quantize_mutex;  // the log sink is shared
   std::lock_guard quantize_lock(quantize_mutex);
@@ -163,6 +180,20 @@ bool LlamaRef::quantize(const std::string& in, const std::string& out, int ftype
   }
   const ImatrixData* im = imatrix ? entries.data() : nullptr;
   std::memcpy(params.bytes + kQuantImatrix, &im, sizeof im);
+  std::vector<KvOverride> kvs(overrides.size() + 1);  // value-initialised: the last key is empty
+  for (size_t i = 0; i < overrides.size(); ++i) {
+    KvOverride& kv = kvs[i];
+    std::snprintf(kv.key, sizeof kv.key, "%s", overrides[i].key.c_str());
+    if (const auto* s = std::get_if<std::string>(&overrides[i].value)) {
+      kv.tag = 3;
+      std::snprintf(kv.val_str, sizeof kv.val_str, "%s", s->c_str());  // llama-quantize cuts at 127
+    } else {
+      kv.tag = 0;
+      kv.val_i64 = std::get<int64_t>(overrides[i].value);
+    }
+  }
+  const KvOverride* kvp = overrides.empty() ? nullptr : kvs.data();
+  std::memcpy(params.bytes + kQuantKvOverrides, &kvp, sizeof kvp);
   const uint32_t rc = api.model_quantize(in.c_str(), out.c_str(), params.bytes);
   if (rc != 0) log += "llama_model_quantize returned " + std::to_string(rc) + "\n";
   std::lock_guard lock(log_mutex);

@@ -6,6 +6,7 @@
 
 #include <string>
 #include <unordered_map>
+#include <variant>
 #include <vector>
 
 namespace gguf::testing {
@@ -31,11 +32,17 @@ class LlamaRef {
   // ftype is a llama_ftype (2 = Q4_0, 7 = Q8_0, 15 = Q4_K_M, ...); pure gives every quantizable
   // tensor that ftype's type (llama-quantize --pure); allow_requantize lets it start from a
   // quantized file. imatrix, when given, is what llama-quantize --imatrix hands over: per
-  // tensor name, the mean squared activations (n_mat x ne0, expert-major). Returns whether it
-  // succeeded, with its messages in log.
+  // tensor name, the mean squared activations (n_mat x ne0, expert-major); overrides are the
+  // metadata llama-quantize adds with it (kv_overrides: quantize.imatrix.file as a string, the
+  // counts as integers). Returns whether it succeeded, with its messages in log.
   using Importance = std::unordered_map<std::string, std::vector<float>>;
+  struct Override {
+    std::string key;
+    std::variant<std::string, int64_t> value;
+  };
   bool quantize(const std::string& in, const std::string& out, int ftype, bool pure,
-                bool allow_requantize, std::string& log, const Importance* imatrix = nullptr) const;
+                bool allow_requantize, std::string& log, const Importance* imatrix = nullptr,
+                const std::vector<Override>& overrides = {}) const;
 
  private:
   LlamaRef();

@@ -37,11 +37,18 @@ struct TensorInfo {
   std::optional<uint64_t> bytes;  // nullopt when the type is unknown or removed
   uint64_t info_offset = 0;       // where this tensor's info starts in the file
 
+  // Where the info's fields are (name length at info_offset, n_dims, ne, type, data offset):
+  // the bytes messages about the shape, the type or the data offset name.
+  uint64_t dims_offset() const { return info_offset + 8 + name.size(); }
+  uint64_t type_offset() const { return dims_offset() + 4 + 8 * shape.size(); }
+  uint64_t data_offset_field() const { return type_offset() + 4; }
+
   const TypeTraits* type() const { return sized_type(type_id); }
   // The payload size, or a gguf::Error naming the tensor when the type cannot be sized.
   uint64_t require_bytes(const std::string& path) const;
-  // A gguf::Error naming the input, the tensor and its info when the name is too long for
-  // ggml's reader (kMaxNameBytes): a file written with it could not be loaded.
+  // A gguf::Error naming the input, the tensor and its info when the name is empty (the
+  // writer refuses it) or too long for ggml's reader (kMaxNameBytes): a file written with it
+  // could not be loaded.
   void require_ggml_name(const std::string& path) const;
 };
 

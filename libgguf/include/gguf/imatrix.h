@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <unordered_map>
@@ -17,6 +18,9 @@ struct ImatrixEntry {
   int64_t n_mat = 1;          // experts (1 for dense tensors)
   int64_t ne0 = 0;            // columns per matrix
   std::vector<float> values;  // n_mat * ne0 mean squared activations, expert-major
+  // The byte that gives the entry its size (a legacy entry's nval, a GGUF entry's in_sum2
+  // tensor info): where a misfit with the weight it is for is reported.
+  std::optional<uint64_t> at;
 };
 
 class Imatrix {

@@ -104,6 +104,11 @@ struct KeyValue {
   std::string key;
   Value value;
   uint64_t offset = 0;  // where the key starts in its file (0 for keys made in memory)
+
+  // Where its value type and its value are in the file (for keys read from one): the bytes
+  // messages about the type or the value name.
+  uint64_t type_offset() const { return offset + 8 + key.size(); }
+  uint64_t value_offset() const { return type_offset() + 4; }
 };
 
 // Ordered metadata with lookup by key; keys are unique.
