@@ -10,6 +10,7 @@
 #include <fstream>
 #include <limits>
 #include <nlohmann/json.hpp>
+#include <tuple>
 
 #include "cli_run.h"
 #include "gguf/codecs.h"
@@ -773,6 +774,45 @@ TEST(requant, a_non_finite_scale_from_finite_values_is_refused) {
                                  "compute NaN with it)\n",
                                  in, t->data_start()));
   EXPECT_FALSE(std::filesystem::exists(dir.file("o.gguf")));
+}
+
+// f16 and bf16 hold less range than f32: a finite value beyond it would be written as +-inf
+// (ggml's conversion; llama.cpp's quantizer refuses such a file). Refused naming the row and
+// element; the largest values that fit, and infinities of the input itself, are encoded.
+TEST(requant, finite_values_beyond_f16_or_bf16_are_refused) {
+  TempDir dir;
+  int files = 0;
+  const auto model = [&](float big) {
+    std::vector<float> v(64, 1.0f);
+    v[32 + 5] = big;  // row 1, element 5
+    auto b = std::make_shared<std::vector<uint8_t>>(v.size() * 4);
+    std::memcpy(b->data(), v.data(), b->size());
+    Plan p;
+    p.metadata.set("general.architecture", Value::string("llama"));
+    p.tensors.push_back({"blk.0.attn_q.weight", 0, {32, 2}, b->size(), MemoryBytes{b}});
+    return write_plan(p, dir.file(fmt::format("in{}.gguf", files++)), {}).paths.front();
+  };
+  const auto run = [&](float big, const char* type) {
+    const std::string in = model(big);
+    return std::pair{
+        in, run_cli("gguf-requant", {in, "-o", dir.file("o.gguf"), "--type", type, "--force"})};
+  };
+  for (const auto& [big, type, shown] :
+       {std::tuple{70000.0f, "f16", "70000"}, std::tuple{-65520.0f, "f16", "-65520"},
+        std::tuple{std::numeric_limits<float>::max(), "bf16", "3.4028235e+38"}}) {
+    const auto [in, res] = run(big, type);
+    EXPECT_EQ(res.code, 1) << type;
+    const uint64_t row1 = Model::open(in).find("blk.0.attn_q.weight")->data_start() + 32 * 4;
+    EXPECT_EQ(res.err, fmt::format("gguf-requant: error: {}: tensor 'blk.0.attn_q.weight': at "
+                                   "byte {}: row 1: element 5 is {}, beyond what {} can hold: it "
+                                   "would be written as {}inf, which llama.cpp's quantizer "
+                                   "refuses\n",
+                                   in, row1, shown, type, big < 0 ? "-" : ""));
+    EXPECT_FALSE(std::filesystem::exists(dir.file("o.gguf")));
+  }
+  EXPECT_EQ(run(65504.0f, "f16").second.code, 0);  // f16's largest finite value
+  EXPECT_EQ(run(std::numeric_limits<float>::infinity(), "f16").second.code, 0);
+  EXPECT_EQ(run(3.0e38f, "bf16").second.code, 0);
 }
 
 // mxfp4's exponent byte is floor(log2(max |x|)) - 2 + 127: a block whose largest magnitude is

@@ -100,6 +100,26 @@ void encode_rows(const RowEncoder& e, uint64_t row_bytes, int64_t first, int64_t
                                 row, traits(e.type).name, bad->first % per_row, bad->second, why));
       }
     }
+    // f16 and bf16 hold less range than f32: a finite value beyond it is written as +-inf by
+    // ggml's conversion, and llama.cpp's quantizer refuses the file (its validation finds the
+    // infinity). Refused here too, naming the row and the element.
+    if (e.type == GgmlType::F16 || e.type == GgmlType::BF16) {
+      const uint16_t inf = e.type == GgmlType::F16 ? 0x7C00 : 0x7F80;
+      const uint8_t* written_row = out + static_cast<uint64_t>(r - first) * row_bytes;
+      for (size_t i = 0; i < floats.size(); ++i) {
+        uint16_t h;
+        std::memcpy(&h, written_row + 2 * i, 2);
+        if ((h & 0x7FFF) != inf || !std::isfinite(floats[i])) continue;
+        const uint64_t row = static_cast<uint64_t>(r) + i / static_cast<uint64_t>(e.n_per_row);
+        std::optional<uint64_t> at;
+        if (!e.source_path.empty()) at = e.source_offset + row * e.source_row_bytes;
+        throw Error(e.source_path, tensor_object(e.tensor_name), at,
+                    fmt::format("row {}: element {} is {}, beyond what {} can hold: it would be "
+                                "written as {}inf, which llama.cpp's quantizer refuses",
+                                row, i % static_cast<uint64_t>(e.n_per_row), floats[i],
+                                traits(e.type).name, floats[i] < 0 ? "-" : ""));
+      }
+    }
     if (e.exact) {
       // Every value must read back as the same number (+0.0 and -0.0 alike, NaN and NaN alike).
       std::vector<float> back(floats.size());
