@@ -399,6 +399,21 @@ TEST(packed_affine_malformed, name_of_a_plain_tensor) {
             "name; a packed tensor needs a name of its own");
 }
 
+// Its own codes under its name: the same clash, said as what it is.
+TEST(packed_affine_malformed, codes_under_the_packed_name) {
+  AffineFile af(1);
+  af.add_packed("w", 4, 32, {2, 64});
+  af.add_plain("v", "U8", {64});  // 4-bit codes of [2, 64]
+  af.packed_json()["v"] = af.packed_json()["w"];
+  af.packed_json()["v"]["codes"] = "v";
+  const std::string error = import_error(af);
+  EXPECT_NE(error.find("m.safetensors: tensor 'v': at byte "), std::string::npos) << error;
+  EXPECT_NE(error.find(": its codes tensor has the packed tensor's own name; the imported tensor "
+                       "needs a name of its own (e.g. 'v.codes' for the codes)"),
+            std::string::npos)
+      << error;
+}
+
 TEST(packed_affine_malformed, scales_of_another_shape) {
   AffineFile af(1);
   af.add_packed("w", 4, 32, {3, 64});

@@ -165,11 +165,21 @@ std::vector<PackedAffineTensor> packed_affine_tensors(const SafetensorsFile& fil
             "columns make it {}",
             st == t.scales ? "scales" : "mins", escape_for_terminal(st->name.substr(0, 100)),
             shape_text(st->shape), t.group, shape_text(by_group)));
-    if (const auto* plain = file.find(name))
-      throw Error(
-          path, obj, file.entry_offset(plain->name),
-          "the file also holds a plain tensor of that name; a packed tensor needs a name of its "
-          "own");
+    if (const auto* plain = file.find(name)) {
+      // Its own codes, scales or mins under its name, or another tensor: either way the output
+      // would hold two tensors of one name.
+      const char* role = plain == t.codes    ? "codes"
+                         : plain == t.scales ? "scales"
+                         : plain == t.mins   ? "mins"
+                                             : nullptr;
+      throw Error(path, obj, file.entry_offset(plain->name),
+                  role ? fmt::format("its {} tensor has the packed tensor's own name; the "
+                                     "imported tensor needs a name of its own (e.g. '{}.{}' for "
+                                     "the {})",
+                                     role, escape_for_terminal(name.substr(0, 100)), role, role)
+                       : std::string("the file also holds a plain tensor of that name; a packed "
+                                     "tensor needs a name of its own"));
+    }
     out.push_back(std::move(t));
   }
   return out;
