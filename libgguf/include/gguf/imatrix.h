@@ -18,8 +18,8 @@ struct ImatrixEntry {
   int64_t n_mat = 1;          // experts (1 for dense tensors)
   int64_t ne0 = 0;            // columns per matrix
   std::vector<float> values;  // n_mat * ne0 mean squared activations, expert-major
-  // The byte that gives the entry its size (a legacy entry's nval, a GGUF entry's in_sum2
-  // tensor info): where a misfit with the weight it is for is reported.
+  // The byte that gives the entry its size (a legacy entry's nval, the shape in a GGUF entry's
+  // in_sum2 tensor info): where a misfit with the weight it is for is reported.
   std::optional<uint64_t> at;
 };
 
