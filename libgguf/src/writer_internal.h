@@ -14,7 +14,6 @@
 
 namespace gguf::detail {
 
-inline constexpr uint64_t kMaxAlignment = uint64_t{1} << 20;  // ggml refuses larger
 inline constexpr uint64_t kIoChunk = uint64_t{4} << 20;       // write()/pread buffer size
 
 // The three keys that describe a split set; the writer owns them.
