@@ -449,7 +449,32 @@ TEST(cli_contract, peak_memory_stays_far_below_the_model_size) {
   spec.seed = 2;
   gguf::write_plan(gguf::synth_moe_plan(gguf::uniform_types(spec, gguf::GgmlType::Q8_0)), b, {});
   ASSERT_GT(std::filesystem::file_size(a), uint64_t{200} << 20);
+  // And one row of 2^25 elements (q8_0, 34 MiB a side): decoded whole it would take 128 MiB a
+  // side; the diff measures it in pieces.
+  const std::string la = dir.file("long-a.gguf"), lb = dir.file("long-b.gguf");
+  for (const auto& [path, seed] : {std::pair{la, 1u}, std::pair{lb, 2u}}) {
+    const int64_t ne0 = int64_t{1} << 25;
+    auto payload = std::make_shared<std::vector<uint8_t>>(
+        *gguf::row_bytes(gguf::GgmlType::Q8_0, static_cast<uint64_t>(ne0)));
+    uint32_t x = seed;
+    for (size_t i = 0; i < payload->size(); i += 34) {
+      (*payload)[i] = 0x00;  // f16 scale 1/16 (0x2c00)
+      (*payload)[i + 1] = 0x2c;
+      for (size_t k = 2; k < 34; ++k)
+        (*payload)[i + k] = static_cast<uint8_t>((x = x * 1664525u + 1013904223u) >> 24);
+    }
+    gguf::Plan p;
+    p.metadata.set("general.architecture", gguf::Value::string("llama"));
+    p.metadata.set("general.quantization_version", gguf::Value::u32(2));
+    p.tensors.push_back({"blk.0.attn_q.weight",
+                         static_cast<uint32_t>(gguf::GgmlType::Q8_0),
+                         {ne0, 1},
+                         payload->size(),
+                         gguf::MemoryBytes{payload}});
+    gguf::write_plan(p, path, {});
+  }
   const std::vector<std::vector<std::string>> runs = {
+      {"gguf-diff", "--values", la, lb},
       {"gguf-requant", a, "--type", "q4_0", "-o", dir.file("r.gguf"), "-q"},
       {"gguf-diff", "--values", a, b},
       {"gguf-diff", "--paranoid", a, a},

@@ -14,6 +14,7 @@
 
 #include "diff_fixture.h"
 #include "diff_internal.h"
+#include "gguf/codecs.h"
 #include "gguf_builder.h"
 
 namespace gguf {
@@ -267,6 +268,49 @@ TEST(diff, metrics_cover_rows_of_any_length) {
   const DiffReport rw = diff(a, b, o);
   expect_metrics(*find(rw, "blk.1.ffn_down_exps.weight").metrics, expected(base, x, per_element),
                  true);
+}
+
+// A row longer than a work item (2^20 elements) is measured in pieces of whole blocks of every
+// side (memory bounded by the pieces, not the row): the same figures as plain loops over the
+// rows, with each expert's weights, and against a reference.
+TEST(diff, rows_longer_than_a_work_item_are_measured_in_pieces) {
+  const int64_t ne0 = (int64_t{1} << 20) + 96;  // q8_0 blocks: a last piece of 96 elements
+  const size_t n = static_cast<size_t>(2 * ne0);
+  const std::string name = "blk.1.ffn_down_exps.weight";
+  const auto base = perturbed(eighths(n, 5), 0.3, 1);
+  std::vector<uint8_t> q8(*row_bytes(GgmlType::Q8_0, static_cast<uint64_t>(ne0)) * 2);
+  quantize(GgmlType::Q8_0, base, 2, ne0, {}, q8);
+  std::vector<float> xa(n);
+  dequantize(GgmlType::Q8_0, q8, xa);
+  const auto xb = perturbed(base, 0.05, 2);
+  Fixture ref, a, b;
+  ref.tensors.push_back({name, kF32, {ne0, 1, 2}, f32_bytes(base)});
+  a.tensors.push_back({name, static_cast<uint32_t>(GgmlType::Q8_0), {ne0, 1, 2}, q8});
+  b.tensors.push_back({name, kF32, {ne0, 1, 2}, f32_bytes(xb)});
+  std::vector<float> w(n);  // 2 experts x ne0, expert-major
+  for (size_t i = 0; i < n; ++i) w[i] = 0.25f + static_cast<float>((i * 13) % 17);
+  Imatrix im;
+  im.add(name, {2, ne0, w, {}});
+  const std::vector<double> per_element(w.begin(), w.end());  // one row per expert
+  TempDir dir;
+  const Model rm = Model::open(ref.write(dir, "ref.gguf"));
+  for (const bool weighted : {false, true}) {
+    SCOPED_TRACE(weighted);
+    DiffOptions o;
+    o.values = true;
+    o.reference = &rm;
+    o.threads = 2;
+    if (weighted) o.importance = &im;
+    const DiffReport r = diff(a, b, o);
+    const TensorDiff& t = find(r, name);
+    ASSERT_TRUE(t.metrics && t.ref_a && t.ref_b);
+    const std::vector<double> none;
+    const auto& ew = weighted ? per_element : none;
+    EXPECT_EQ(t.metrics->count, n);
+    expect_metrics(*t.metrics, expected(xa, xb, ew), weighted);
+    expect_metrics(*t.ref_a, expected(base, xa, ew), weighted);
+    expect_metrics(*t.ref_b, expected(base, xb, ew), weighted);
+  }
 }
 
 TEST(diff, every_sum_kernel_agrees_with_plain_loops) {

@@ -11,6 +11,7 @@
 #include <boost/align/aligned_allocator.hpp>
 #include <cmath>
 #include <limits>
+#include <numeric>
 #include <thread>
 #include <vector>
 
@@ -497,13 +498,15 @@ namespace {
 // A work item covers about 1M elements (enough to amortise scheduling); within it, rows are
 // decoded and measured in slices of about 4K elements (at least a row), so that the decoded
 // floats of both sides are still in L1 when the sums read them (the sums are bound by cache
-// bandwidth from L2). Memory: threads x 3 slice buffers.
+// bandwidth from L2). A row longer than an item is cut into items of whole blocks of every
+// side's type, measured in slices of whole blocks. Memory: threads x 3 slice buffers.
 constexpr uint64_t kChunkElements = uint64_t{1} << 20;
 constexpr uint64_t kSliceElements = uint64_t{1} << 12;
 
 struct Item {
   size_t job;
   uint64_t row0, rows;
+  uint64_t col0 = 0, cols = 0;  // a piece of one row (rows == 1), or cols == 0: whole rows
 };
 
 struct Geometry {
@@ -534,18 +537,31 @@ struct Source {
   const TensorRef* t = nullptr;
   DecodeFn decode = nullptr;
   uint64_t row_bytes = 0;
+  uint64_t block_size = 1, type_size = 0;
+
+  // Where element `col` of row `row` starts (col a multiple of the block size).
+  uint64_t offset(uint64_t row, uint64_t col) const {
+    return row * row_bytes + col / block_size * type_size;
+  }
 };
 
 Source source_of(const TensorRef* t, uint64_t ne0) {
   if (!t) return {};
   const auto type = static_cast<GgmlType>(t->info->type_id);
-  return {t, decoder(type), row_bytes(type, ne0).value_or(0)};
+  const TypeTraits& tr = traits(type);
+  return {t, decoder(type), row_bytes(type, ne0).value_or(0), tr.block_size, tr.type_size};
 }
 
 // Decodes rows [row0, row0 + rows) of the source into out.
 void decode_rows(const Source& s, uint64_t ne0, uint64_t row0, uint64_t rows, Floats& out) {
   out.resize(rows * ne0);
   s.decode(s.t->data().data() + row0 * s.row_bytes, out.data(), static_cast<int64_t>(rows * ne0));
+}
+
+// Decodes n elements of row `row` from column col (both whole blocks) into out.
+void decode_piece(const Source& s, uint64_t row, uint64_t col, uint64_t n, Floats& out) {
+  out.resize(n);
+  s.decode(s.t->data().data() + s.offset(row, col), out.data(), static_cast<int64_t>(n));
 }
 
 // The sum of each slice of a job's weights (one per expert matrix, or one), for Sums::w.
@@ -577,6 +593,34 @@ void accumulate_rows(const Floats& base, const Floats& x, const ValueJob& job,
   }
 }
 
+// A piece of one row (Item::cols > 0), in slices of whole blocks of every side; the weights
+// are the row's slice of the job's, from the piece's first column.
+void measure_piece(const Item& it, const ValueJob& job, const Geometry& g,
+                   const std::array<Source, 3>& src, Buffers& buf,
+                   std::array<ErrorMetrics, 3>& sums) {
+  uint64_t unit = 1;
+  for (const Source& s : src)
+    if (s.t) unit = std::lcm(unit, s.block_size);
+  const uint64_t step = std::max(unit, kSliceElements / unit * unit);
+  const float* w = nullptr;
+  if (!job.weights.empty()) {
+    const uint64_t slices = job.weights.size() / g.ne0;
+    w = job.weights.data() + (slices == 1 ? 0 : it.row0 / g.ne1) * g.ne0;
+  }
+  for (uint64_t c = it.col0; c < it.col0 + it.cols; c += step) {
+    const uint64_t n = std::min(step, it.col0 + it.cols - c);
+    decode_piece(src[0], it.row0, c, n, buf.a);
+    decode_piece(src[1], it.row0, c, n, buf.b);
+    const float* wc = w ? w + c : nullptr;
+    if (job.measure_ab) accumulate(buf.a.data(), buf.b.data(), n, wc, sums[0]);
+    if (job.ref) {
+      decode_piece(src[2], it.row0, c, n, buf.ref);
+      accumulate(buf.ref.data(), buf.a.data(), n, wc, sums[1]);
+      accumulate(buf.ref.data(), buf.b.data(), n, wc, sums[2]);
+    }
+  }
+}
+
 }  // namespace
 
 std::vector<ValueResult> measure_values(const std::vector<ValueJob>& jobs, unsigned threads,
@@ -591,11 +635,23 @@ std::vector<ValueResult> measure_values(const std::vector<ValueJob>& jobs, unsig
     w_sums[j] = slice_sums(jobs[j], geo[j].ne0);
     src[j] = {source_of(jobs[j].a, geo[j].ne0), source_of(jobs[j].b, geo[j].ne0),
               source_of(jobs[j].ref, geo[j].ne0)};
-    const uint64_t per = std::max<uint64_t>(1, kChunkElements / std::max<uint64_t>(1, geo[j].ne0));
-    for (uint64_t r = 0; r < geo[j].nrows; r += per)
-      items.push_back({j, r, std::min(per, geo[j].nrows - r)});
     const auto bytes = [](const TensorRef* t) { return t ? t->data().size() : 0; };
     total += bytes(jobs[j].a) + bytes(jobs[j].b) + bytes(jobs[j].ref);
+    const uint64_t ne0 = geo[j].ne0;
+    if (ne0 > kChunkElements) {
+      // Pieces of whole blocks of every side (ne0 is a multiple of each block size).
+      uint64_t unit = 1;
+      for (const Source& s : src[j])
+        if (s.t) unit = std::lcm(unit, s.block_size);
+      const uint64_t piece = std::max(unit, kChunkElements / unit * unit);
+      for (uint64_t r = 0; r < geo[j].nrows; ++r)
+        for (uint64_t c = 0; c < ne0; c += piece)
+          items.push_back({j, r, 1, c, std::min(piece, ne0 - c)});
+      continue;
+    }
+    const uint64_t per = std::max<uint64_t>(1, kChunkElements / std::max<uint64_t>(1, ne0));
+    for (uint64_t r = 0; r < geo[j].nrows; r += per)
+      items.push_back({j, r, std::min(per, geo[j].nrows - r)});
   }
   std::vector<ValueResult> out(jobs.size());
   for (size_t j = 0; j < jobs.size(); ++j) {
@@ -623,6 +679,20 @@ std::vector<ValueResult> measure_values(const std::vector<ValueJob>& jobs, unsig
       const Geometry& g = geo[it.job];
       Buffers& buf = buffers.local();
       auto& sums = partial[k - w0];
+      if (it.cols) {
+        measure_piece(it, job, g, src[it.job], buf, sums);
+        uint64_t bytes = 0;
+        for (const Source& x : src[it.job]) {
+          if (!x.t) continue;
+          const uint64_t from = x.offset(it.row0, it.col0);
+          const uint64_t n = x.offset(it.row0, it.col0 + it.cols) - from;
+          bytes += n;
+          x.t->file->source().release(x.t->data_start() + from, n);
+        }
+        const uint64_t d = done.fetch_add(bytes) + bytes;
+        if (progress) progress(d, total);
+        return;
+      }
       const uint64_t per = std::max<uint64_t>(1, kSliceElements / std::max<uint64_t>(1, g.ne0));
       for (uint64_t r = it.row0; r < it.row0 + it.rows; r += per) {
         const uint64_t n = std::min(per, it.row0 + it.rows - r);
