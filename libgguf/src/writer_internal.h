@@ -14,7 +14,7 @@
 
 namespace gguf::detail {
 
-inline constexpr uint64_t kIoChunk = uint64_t{4} << 20;       // write()/pread buffer size
+inline constexpr uint64_t kIoChunk = uint64_t{4} << 20;  // write()/pread buffer size
 
 // The three keys that describe a split set; the writer owns them.
 inline constexpr const char* kSplitNo = "split.no";
