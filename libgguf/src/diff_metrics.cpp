@@ -552,6 +552,14 @@ Source source_of(const TensorRef* t, uint64_t ne0) {
   return {t, decoder(type), row_bytes(type, ne0).value_or(0), tr.block_size, tr.type_size};
 }
 
+// The least number of elements that is whole blocks of every side's type.
+uint64_t common_block(const std::array<Source, 3>& src) {
+  uint64_t unit = 1;
+  for (const Source& s : src)
+    if (s.t) unit = std::lcm(unit, s.block_size);
+  return unit;
+}
+
 // Decodes rows [row0, row0 + rows) of the source into out.
 void decode_rows(const Source& s, uint64_t ne0, uint64_t row0, uint64_t rows, Floats& out) {
   out.resize(rows * ne0);
@@ -598,9 +606,7 @@ void accumulate_rows(const Floats& base, const Floats& x, const ValueJob& job,
 void measure_piece(const Item& it, const ValueJob& job, const Geometry& g,
                    const std::array<Source, 3>& src, Buffers& buf,
                    std::array<ErrorMetrics, 3>& sums) {
-  uint64_t unit = 1;
-  for (const Source& s : src)
-    if (s.t) unit = std::lcm(unit, s.block_size);
+  const uint64_t unit = common_block(src);
   const uint64_t step = std::max(unit, kSliceElements / unit * unit);
   const float* w = nullptr;
   if (!job.weights.empty()) {
@@ -640,9 +646,7 @@ std::vector<ValueResult> measure_values(const std::vector<ValueJob>& jobs, unsig
     const uint64_t ne0 = geo[j].ne0;
     if (ne0 > kChunkElements) {
       // Pieces of whole blocks of every side (ne0 is a multiple of each block size).
-      uint64_t unit = 1;
-      for (const Source& s : src[j])
-        if (s.t) unit = std::lcm(unit, s.block_size);
+      const uint64_t unit = common_block(src[j]);
       const uint64_t piece = std::max(unit, kChunkElements / unit * unit);
       for (uint64_t r = 0; r < geo[j].nrows; ++r)
         for (uint64_t c = 0; c < ne0; c += piece)

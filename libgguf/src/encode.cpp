@@ -41,6 +41,11 @@ void encode_rows(const RowEncoder& e, uint64_t row_bytes, int64_t first, int64_t
     e.rows(r, n, floats);
     std::span<const float> imp;
     if (e.importance) imp = e.importance(e.rows_per_matrix > 0 ? r / e.rows_per_matrix : 0);
+    // Where a row starts in the input, for errors about it (unknown for producers without one).
+    const auto row_at = [&e](uint64_t row) -> std::optional<uint64_t> {
+      if (e.source_path.empty()) return std::nullopt;
+      return e.source_offset + row * e.source_row_bytes;
+    };
     try {
       quantize(
           e.type, floats, n, e.n_per_row, imp,
@@ -61,10 +66,7 @@ void encode_rows(const RowEncoder& e, uint64_t row_bytes, int64_t first, int64_t
         }
       }
       const int64_t row = bad >= 0 ? bad : r;
-      std::optional<uint64_t> at;
-      if (!e.source_path.empty())
-        at = e.source_offset + static_cast<uint64_t>(row) * e.source_row_bytes;
-      throw Error(e.source_path, tensor_object(e.tensor_name), at,
+      throw Error(e.source_path, tensor_object(e.tensor_name), row_at(static_cast<uint64_t>(row)),
                   bad >= 0 ? fmt::format("row {}: {}", bad, message)
                            : fmt::format("rows {}-{}: {}", r, r + n - 1, message));
     }
@@ -81,8 +83,6 @@ void encode_rows(const RowEncoder& e, uint64_t row_bytes, int64_t first, int64_t
       if (std::all_of(row_values.begin(), row_values.end(),
                       [](float v) { return std::isfinite(v); })) {
         const uint64_t row = static_cast<uint64_t>(r) + k;
-        std::optional<uint64_t> at;
-        if (!e.source_path.empty()) at = e.source_offset + row * e.source_row_bytes;
         // mxfp4's exponent is floor(log2(max |x|)) - 2 + 127 as a byte: a block whose largest
         // magnitude lies in [2^-126, 2^-125) gets 0xff, E8M0's NaN. Every other type's scale
         // overflows only from values too large for its arithmetic.
@@ -94,7 +94,7 @@ void encode_rows(const RowEncoder& e, uint64_t row_bytes, int64_t first, int64_t
                       "the values{} are too large for its scale arithmetic, and llama.cpp "
                       "would compute NaN with it",
                       imp.empty() ? "" : " or their importance weights");
-        throw Error(e.source_path, tensor_object(e.tensor_name), at,
+        throw Error(e.source_path, tensor_object(e.tensor_name), row_at(row),
                     fmt::format("row {}: its values are finite, but {} gives block {} a "
                                 "non-finite scale ('{}': {})",
                                 row, traits(e.type).name, bad->first % per_row, bad->second, why));
@@ -105,15 +105,18 @@ void encode_rows(const RowEncoder& e, uint64_t row_bytes, int64_t first, int64_t
     // infinity). Refused here too, naming the row and the element.
     if (e.type == GgmlType::F16 || e.type == GgmlType::BF16) {
       const uint16_t inf = e.type == GgmlType::F16 ? 0x7C00 : 0x7F80;
-      const uint8_t* written_row = out + static_cast<uint64_t>(r - first) * row_bytes;
-      for (size_t i = 0; i < floats.size(); ++i) {
+      const auto half = [&written](size_t i) {
         uint16_t h;
-        std::memcpy(&h, written_row + 2 * i, 2);
-        if ((h & 0x7FFF) != inf || !std::isfinite(floats[i])) continue;
+        std::memcpy(&h, written.data() + 2 * i, 2);
+        return static_cast<uint16_t>(h & 0x7FFF);
+      };
+      // A branch-free pass first (infinities are rare), then the one that names the element.
+      bool any_inf = false;
+      for (size_t i = 0; i < floats.size(); ++i) any_inf |= half(i) == inf;
+      for (size_t i = 0; any_inf && i < floats.size(); ++i) {
+        if (half(i) != inf || !std::isfinite(floats[i])) continue;
         const uint64_t row = static_cast<uint64_t>(r) + i / static_cast<uint64_t>(e.n_per_row);
-        std::optional<uint64_t> at;
-        if (!e.source_path.empty()) at = e.source_offset + row * e.source_row_bytes;
-        throw Error(e.source_path, tensor_object(e.tensor_name), at,
+        throw Error(e.source_path, tensor_object(e.tensor_name), row_at(row),
                     fmt::format("row {}: element {} is {}, beyond what {} can hold: it would be "
                                 "written as {}inf, which llama.cpp's quantizer refuses",
                                 row, i % static_cast<uint64_t>(e.n_per_row), floats[i],
@@ -123,17 +126,12 @@ void encode_rows(const RowEncoder& e, uint64_t row_bytes, int64_t first, int64_t
     if (e.exact) {
       // Every value must read back as the same number (+0.0 and -0.0 alike, NaN and NaN alike).
       std::vector<float> back(floats.size());
-      dequantize(
-          e.type,
-          {out + static_cast<uint64_t>(r - first) * row_bytes, static_cast<size_t>(n) * row_bytes},
-          back);
+      dequantize(e.type, written, back);
       for (size_t i = 0; i < back.size(); ++i) {
         if (back[i] == floats[i] || (std::isnan(back[i]) && std::isnan(floats[i]))) continue;
         const uint64_t row = static_cast<uint64_t>(r) + i / static_cast<uint64_t>(e.n_per_row);
-        std::optional<uint64_t> at;
-        if (!e.source_path.empty()) at = e.source_offset + row * e.source_row_bytes;
         throw Error(
-            e.source_path, tensor_object(e.tensor_name), at,
+            e.source_path, tensor_object(e.tensor_name), row_at(row),
             fmt::format(
                 "element {} (row {}) is {}, which {} cannot hold (it would read "
                 "back as {})",

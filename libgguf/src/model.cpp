@@ -3,6 +3,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <regex>
 #include <unordered_map>
@@ -34,11 +35,11 @@ struct SplitKey {
 };
 
 std::optional<SplitKey> split_key(const GgufFile& f, const char* key, ValueType want) {
-  const Value* v = f.metadata().find(key);
-  if (!v) return std::nullopt;
-  const KeyValue* kv = nullptr;
-  for (const auto& e : f.metadata().entries())
-    if (e.key == key) kv = &e;
+  const auto& entries = f.metadata().entries();
+  const auto kv =
+      std::find_if(entries.begin(), entries.end(), [&](const KeyValue& e) { return e.key == key; });
+  if (kv == entries.end()) return std::nullopt;
+  const Value* v = &kv->value;
   const uint64_t at = kv->value_offset();
   if (v->type() != want || !v->as_uint()) {
     // A negative value of the right type is named by its value, not by its type.
