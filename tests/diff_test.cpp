@@ -426,6 +426,91 @@ TEST(diff, every_sum_kernel_is_exact_for_tiny_and_huge_values) {
   }
 }
 
+// Importance weights so large that weighted float squares overflow (1e37 x 16 terms of 1)
+// send the chunk to the double path, as huge values do: no infinity reaches a weighted sum.
+TEST(diff, every_sum_kernel_survives_huge_importance_weights) {
+  for (const auto& [wscale, vscale] :
+       std::vector<std::pair<double, double>>{{1e37, 1}, {1e30, 1e5}, {1e20, 1e10}, {3e38, 1e-3}}) {
+    SCOPED_TRACE(fmt::format("weights {} values {}", wscale, vscale));
+    auto base = perturbed(eighths(3000, 3), 0.4, 1);
+    auto x = perturbed(base, 0.02, 5);
+    for (float& v : base) v = static_cast<float>(v * vscale);
+    for (float& v : x) v = static_cast<float>(v * vscale);
+    std::vector<float> w(base.size());
+    std::vector<double> wd(base.size());
+    for (size_t i = 0; i < w.size(); ++i)
+      wd[i] = w[i] = static_cast<float>(wscale * (1 + static_cast<double>(i % 5)) / 5);
+    for (size_t k = 0; k < detail::sum_kernel_count(); ++k) {
+      SCOPED_TRACE(k);
+      ErrorMetrics m;
+      detail::accumulate_with(k, base.data(), x.data(), base.size(), w.data(), m);
+      ASSERT_TRUE(std::isfinite(m.sum_w_sq_diff) && std::isfinite(m.sum_w_sq_base));
+      expect_metrics(m, expected(base, x, wd), true);
+    }
+  }
+}
+
+// f64, i32 and i64 hold values float cannot: such tensors are measured in double, so values
+// beyond float's range are not infinities and differences below its precision are seen.
+TEST(diff, f64_i32_and_i64_tensors_are_measured_in_double) {
+  const auto bytes_of = [](const auto& v) {
+    std::vector<uint8_t> out(v.size() * sizeof(v[0]));
+    std::memcpy(out.data(), v.data(), out.size());
+    return out;
+  };
+  std::vector<double> fa(64), fb(64), ia(64), ib(64), la(64), lb(64);
+  std::vector<int32_t> i32a(64), i32b(64);
+  std::vector<int64_t> i64a(64), i64b(64);
+  for (size_t i = 0; i < 64; ++i) {
+    fa[i] = (static_cast<double>(i) - 31.5) * 1e100;  // beyond float, squares within double
+    fb[i] = fa[i] * (1 + 1e-12 * static_cast<double>(i % 3));
+    i32a[i] = (1 << 30) + static_cast<int32_t>(i);
+    i32b[i] = i32a[i] + static_cast<int32_t>(i % 2);  // float cannot tell these apart
+    i64a[i] = (int64_t{1} << 50) - static_cast<int64_t>(i) * 1000;
+    i64b[i] = i64a[i] + static_cast<int64_t>(i % 4) - 1;
+    ia[i] = i32a[i], ib[i] = i32b[i], la[i] = static_cast<double>(i64a[i]),
+    lb[i] = static_cast<double>(i64b[i]);
+  }
+  Fixture a, b;
+  a.tensors.push_back({"f64.weight", 28, {8, 8}, bytes_of(fa)});
+  b.tensors.push_back({"f64.weight", 28, {8, 8}, bytes_of(fb)});
+  a.tensors.push_back({"i32.weight", 26, {8, 8}, bytes_of(i32a)});
+  b.tensors.push_back({"i32.weight", 26, {8, 8}, bytes_of(i32b)});
+  a.tensors.push_back({"i64.weight", 27, {8, 8}, bytes_of(i64a)});
+  b.tensors.push_back({"i64.weight", 27, {8, 8}, bytes_of(i64b)});
+  // An f64 side against an f32 side: the f32 values widened.
+  a.tensors.push_back({"mixed.weight", 28, {8, 8}, bytes_of(ia)});
+  std::vector<float> mixed(ia.begin(), ia.end());
+  b.tensors.push_back({"mixed.weight", kF32, {8, 8}, f32_bytes(mixed)});
+  DiffOptions o;
+  o.values = true;
+  const DiffReport r = diff(a, b, o);
+  const auto check = [&](const char* name, const std::vector<double>& x0,
+                         const std::vector<double>& x1) {
+    SCOPED_TRACE(name);
+    const TensorDiff& t = find(r, name);
+    ASSERT_TRUE(t.metrics);
+    EXPECT_EQ(t.metrics->nonfinite(), 0u);
+    EXPECT_EQ(t.metrics->count, 64u);
+    double d2 = 0, b2 = 0, x2 = 0, dot = 0, mx = 0;
+    for (size_t i = 0; i < 64; ++i) {
+      const double d = x1[i] - x0[i];
+      d2 += d * d, b2 += x0[i] * x0[i], x2 += x1[i] * x1[i], dot += x0[i] * x1[i];
+      mx = std::max(mx, std::abs(d));
+    }
+    ASSERT_GT(d2, 0);
+    EXPECT_NEAR(t.metrics->rmse(), std::sqrt(d2 / 64), 1e-12 * std::sqrt(d2 / 64));
+    EXPECT_EQ(t.metrics->max_abs_diff(), mx);
+    EXPECT_NEAR(t.metrics->rel(), std::sqrt(d2 / b2), 1e-12 * std::sqrt(d2 / b2));
+    EXPECT_NEAR(t.metrics->snr_db(), 10 * std::log10(b2 / d2), 1e-9);
+    EXPECT_NEAR(t.metrics->cosine(), dot / std::sqrt(b2 * x2), 1e-12);
+  };
+  check("f64.weight", fa, fb);
+  check("i32.weight", ia, ib);
+  check("i64.weight", la, lb);
+  check("mixed.weight", ia, std::vector<double>(mixed.begin(), mixed.end()));
+}
+
 TEST(diff, values_compare_bytes_and_decode_only_what_differs) {
   Fixture a, b;
   b.tensor("blk.0.attn_q.weight").payload = f32_bytes(perturbed(eighths(64, 2), 0.1, 3));

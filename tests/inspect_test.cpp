@@ -17,6 +17,7 @@
 #include "gguf/synth.h"
 #include "gguf/table.h"
 #include "gguf/writer.h"
+#include "gguf_builder.h"
 
 namespace gguf {
 namespace {
@@ -277,6 +278,48 @@ TEST(inspect, cli_check_clean_file_passes) {
   const auto res = run_cli("gguf-inspect", {"--check", path});
   EXPECT_EQ(res.code, 0) << res.err;
   EXPECT_NE(res.out.find("check: 0 error(s), 0 warning(s)"), std::string::npos);
+}
+
+// The --check verdict in JSON: every problem, and the counts that decide the exit status.
+// A tensor of a removed type (q4_2) is counted in the parameters but has no size, so it is
+// left out of bits per weight too: the f32 tensor's 32 bits, not 16.
+TEST(inspect, cli_check_json_verdict_and_bits_per_weight_of_sized_tensors) {
+  TempDir dir;
+  const std::string sound = write_model(dir, "m.gguf", small_spec());
+  auto res = run_cli("gguf-inspect", {"--check", "--json", sound});
+  EXPECT_EQ(res.code, 0) << res.err;
+  auto j = nlohmann::json::parse(res.out);
+  EXPECT_EQ(j["problems"], nlohmann::json::array());
+  EXPECT_EQ(j["check"], nlohmann::json::parse(R"({"errors": 0, "warnings": 0})"));
+  EXPECT_FALSE(j.contains("error"));
+  EXPECT_FALSE(
+      nlohmann::json::parse(run_cli("gguf-inspect", {"--json", sound}).out).contains("check"));
+
+  const std::string removed = dir.file("removed.gguf");
+  testing::GgufBuilder b;
+  b.string("general.architecture", "llama")
+      .tensor("a.weight", 0, {64})
+      .tensor("b.weight", 4, {64}, std::vector<uint8_t>(40));
+  b.write_file(removed);
+  res = run_cli("gguf-inspect", {"--check", "--json", removed});
+  EXPECT_EQ(res.code, 1);
+  j = nlohmann::json::parse(res.out);
+  ASSERT_EQ(j["problems"].size(), 1u) << j["problems"];
+  EXPECT_EQ(j["problems"][0]["severity"], "error");
+  EXPECT_EQ(j["check"], nlohmann::json::parse(R"({"errors": 1, "warnings": 0})"));
+  EXPECT_FALSE(j.contains("error"));
+  EXPECT_EQ(j["summary"]["params"], 128);
+  EXPECT_EQ(j["summary"]["tensor_bytes"], 256);
+  EXPECT_EQ(j["summary"]["unsized_tensors"], 1);
+  EXPECT_EQ(j["summary"]["bits_per_weight"], 32.0);
+  res = run_cli("gguf-inspect", {removed});
+  EXPECT_EQ(res.code, 0) << res.err;
+  EXPECT_NE(res.out.find("bits/weight:   32.0000\n"), std::string::npos) << res.out;
+  // By type: q4_2's row has no bits per weight (no sized tensor), f32's has 32.
+  EXPECT_NE(res.out.find("  f32         1      64  256 B  100.00%  32.0000\n"
+                         "  q4_2        1      64    0 B    0.00%        -\n"),
+            std::string::npos)
+      << res.out;
 }
 
 TEST(inspect, cli_opens_split_sets_as_one_model) {

@@ -258,28 +258,56 @@ TEST(requant, nothing_to_re_encode_is_an_error) {
   EXPECT_FALSE(std::filesystem::exists(dir.file("o.gguf")));
 }
 
-// Decoding to f32 is exact, so it is not reported as lossy; every other re-encode of a
-// quantized tensor is.
+// A file is what its first bytes say: a GGUF named *.safetensors is requantized as a GGUF.
+TEST(requant, gguf_named_safetensors_is_a_gguf) {
+  TempDir dir;
+  const std::string in = dir.file("m.safetensors");
+  std::filesystem::rename(write_f16_model(dir), in);
+  const auto r = run_cli("gguf-requant", {in, "-o", dir.file("o.gguf"), "--type", "q8_0", "--role",
+                                          "routed", "--json"});
+  EXPECT_EQ(r.code, 0) << r.out << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  size_t encoded = 0;
+  for (const auto& t : j["tensors"]) encoded += t["type_after"] == "q8_0";
+  EXPECT_GT(encoded, 0u);
+  // Bytes that are neither GGUF nor safetensors under that name: the safetensors reader's error.
+  std::ofstream(dir.file("x.safetensors")) << "GGUX and then some bytes";
+  const auto x = run_cli("gguf-requant", {dir.file("x.safetensors"), "-o", dir.file("p.gguf")});
+  EXPECT_EQ(x.code, 1);
+  EXPECT_NE(x.err.find("safetensors header length"), std::string::npos) << x.err;
+}
+
+// Decoding to f32 is exact, so it is not reported as lossy; every other encode is, and one of
+// a tensor that was already quantized is also "requantized" (its error adds up).
 TEST(requant, only_decoding_to_f32_is_lossless) {
   TempDir dir;
   const std::string in = write_f16_model(dir);
   write_plan(requant(Model::open(in), {GgmlType::Q8_0, {}, nullptr, 1}).plan, dir.file("q.gguf"),
              {});
-  const Model q = Model::open(dir.file("q.gguf"));
-  for (GgmlType type : {GgmlType::F32, GgmlType::F16, GgmlType::Q4_K}) {
-    const auto r = requant(q, {type, {}, nullptr, 1});
-    SCOPED_TRACE(traits(type).name);
-    size_t lossy = 0, encoded = 0;
-    for (const auto& row : r.rows) {
-      lossy += row.lossy_reencode;
-      encoded += row.action != "copy";
+  const Model f16 = Model::open(in), q = Model::open(dir.file("q.gguf"));
+  for (const Model* m : {&f16, &q})
+    for (GgmlType type : {GgmlType::F32, GgmlType::BF16, GgmlType::Q4_K}) {
+      const auto r = requant(*m, {type, {}, nullptr, 1});
+      const bool quantized_source = m == &q;
+      SCOPED_TRACE(fmt::format("{} from {}", traits(type).name, quantized_source ? "q8_0" : "f16"));
+      size_t lossy = 0, requantized = 0, encoded = 0;
+      for (const auto& row : r.rows) {
+        lossy += row.lossy;
+        requantized += row.requantized;
+        encoded += row.action != "copy";
+      }
+      EXPECT_EQ(encoded, 35u);
+      EXPECT_EQ(lossy, type == GgmlType::F32 ? 0u : encoded);
+      EXPECT_EQ(requantized, quantized_source ? lossy : 0u);
+      EXPECT_EQ(std::count(r.notes.begin(), r.notes.end(),
+                           "some tensors were already quantized: re-encoding them adds error"),
+                requantized ? 1 : 0);
+      const auto j = nlohmann::json::parse(render_requant_json(r, nullptr, nullptr));
+      for (size_t i = 0; i < r.rows.size(); ++i) {
+        EXPECT_EQ(j["tensors"][i]["lossy"], r.rows[i].lossy);
+        EXPECT_EQ(j["tensors"][i]["requantized"], r.rows[i].requantized);
+      }
     }
-    EXPECT_EQ(encoded, 35u);
-    EXPECT_EQ(lossy, type == GgmlType::F32 ? 0u : encoded);
-    EXPECT_EQ(std::count(r.notes.begin(), r.notes.end(),
-                         "some tensors were already quantized: re-encoding them adds error"),
-              type == GgmlType::F32 ? 0 : 1);
-  }
 }
 
 TEST(requant, output_does_not_depend_on_thread_count) {

@@ -72,11 +72,10 @@ int main(int argc, char** argv) {
       for (const auto& p : report.problems)
         gguf::cli::eprint("gguf-inspect: {}: {}\n", p.severity,
                           gguf::terminal_safe(gguf::format_problem(p)));
-      const auto errors = std::count_if(report.problems.begin(), report.problems.end(),
-                                        [](const auto& p) { return p.severity == "error"; });
+      const uint64_t errors = gguf::check_errors(report);
       if (!json)
         fmt::print("\ncheck: {} error(s), {} warning(s)\n", errors,
-                   static_cast<std::ptrdiff_t>(report.problems.size()) - errors);
+                   report.problems.size() - errors);
       return errors ? 1 : 0;
     }
     return 0;

@@ -2,6 +2,7 @@
 // packed-affine safetensors file into the ggml type that holds its values exactly.
 #include <fmt/format.h>
 
+#include <cstring>
 #include <functional>
 #include <span>
 #include <thread>
@@ -105,7 +106,11 @@ int main(int argc, char** argv) {
       gguf::usage_error("--imatrix has no use with --exact: exact paths quantize nothing");
     const gguf::Selector selector = sel.parse();
     const auto source = gguf::open_file_source(in);
-    if (gguf::SafetensorsFile::sniff(*source) || in.ends_with(".safetensors")) {
+    // A file is what its first bytes say; the suffix decides only for one that looks like
+    // neither (so that a damaged safetensors file gets the safetensors reader's message).
+    const bool gguf_magic =
+        source->size() >= 4 && std::memcmp(source->bytes(0, 4).data(), "GGUF", 4) == 0;
+    if (!gguf_magic && (gguf::SafetensorsFile::sniff(*source) || in.ends_with(".safetensors"))) {
       if (!imatrix_path.empty())
         gguf::usage_error("--imatrix: a packed-affine import re-encodes nothing, it moves values");
       if (sel.given())

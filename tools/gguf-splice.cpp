@@ -19,7 +19,7 @@ using namespace gguf;
 constexpr std::string_view kTool = "gguf-splice";
 constexpr std::string_view kUsage =
     "BASE.gguf (--donor DONOR.gguf [--layers L] [--role R] [--match RE] | --take SPEC ...)\n"
-    "       -o OUT.gguf [options]\n\n"
+    "       (-o OUT.gguf | --dry-run) [options]\n\n"
     "Copies the selected tensors' payloads from the donors into a copy of BASE, byte for byte,\n"
     "and writes a verified GGUF. The selection is made on BASE's tensor names; each selected\n"
     "tensor must exist in its donor with the same shape. Without --role or --match, the role\n"

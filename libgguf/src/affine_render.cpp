@@ -70,7 +70,8 @@ std::string render_import_json(const ImportResult& r, const WriteResult* written
               {"bytes_before", row.bytes_before},
               {"bytes_after", row.bytes_after},
               {"action", row.action},
-              {"lossy", false}};
+              {"lossy", false},
+              {"requantized", false}};
     if (row.packed) {
       j["bits"] = row.bits;
       j["group"] = row.group;

@@ -447,15 +447,20 @@ DiffReport diff_sides(const Side& a, const Side& b, bool json_forms, const DiffO
     for (size_t i = 0; i < rows.size(); ++i) chosen.push_back(i);
   } else if (!rows.empty()) {
     // The names are the union of both sides: a layer is missing only when neither has it.
+    // With a manifest of part of a file, B's tensors outside that part were left out above,
+    // so only the manifest is named as missing what was asked, and the message says why.
+    const bool partial = covered && !covered->empty();
     try {
-      chosen = select_tensors(o.selector, names, dims, arch,
-                              SelectOptions{.files = {a.origin, b.origin}});
+      chosen = select_tensors(
+          o.selector, names, dims, arch,
+          SelectOptions{.files = partial ? std::vector<std::string>{a.origin}
+                                         : std::vector<std::string>{a.origin, b.origin}});
     } catch (const Error& e) {
-      if (!covered || covered->empty()) throw;
-      // B's tensors outside the manifest were left out above; say why they are missing.
+      if (!partial) throw;
       throw Error(e.path(), e.object(), e.offset(),
-                  fmt::format("{} (the manifest covers only {})", e.message(),
-                              escape_for_terminal(covered->describe())),
+                  fmt::format("{}; the manifest covers only {}, so '{}' is compared there only",
+                              e.message(), escape_for_terminal(covered->describe()),
+                              escape_for_terminal(b.origin)),
                   e.kind());
     }
   }

@@ -10,6 +10,7 @@
 #include <array>
 #include <boost/align/aligned_allocator.hpp>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <numeric>
 #include <thread>
@@ -423,8 +424,12 @@ const std::vector<SumsFn>& kernels() {
 
 // The careful path, taken only for chunks holding a NaN or an infinity: such pairs are counted
 // and left out of the sums so one bad element does not turn every metric into NaN.
-void accumulate_checked(const float* base, const float* x, size_t n, const float* w, size_t ne0,
+// In double, element by element: pairs with a NaN or an Inf are counted and left out. Floats,
+// or the doubles of tensors whose values float cannot hold (f64, i32, i64).
+template <typename T>
+void accumulate_checked(const T* base, const T* x, size_t n, const float* w, size_t ne0,
                         ErrorMetrics& m) {
+  if (w) m.weighted = true;
   for (size_t i = 0; i < n; ++i) {
     const bool fa = std::isfinite(base[i]), fx = std::isfinite(x[i]);
     if (!fa) ++(std::isnan(base[i]) ? m.nan_base : m.inf_base);
@@ -473,8 +478,9 @@ void accumulate_rows_with(size_t kernel, const float* base, const float* x, size
   if (w) m.weighted = true;
   Sums s = kernels().at(kernel)(base, x, rows, ne0, w);
   // Squares of non-finite inputs are non-finite (so are float squares and differences that
-  // overflow), so these sums tell whether the chunk needs the careful path.
-  if (!std::isfinite(s.b2 + s.x2 + s.d2)) {
+  // overflow, and weighted squares whose weights are huge: 1e37 x 16 terms of 1), so these sums
+  // tell whether the chunk needs the careful path.
+  if (!std::isfinite(s.b2 + s.x2 + s.d2 + s.wd2 + s.wb2)) {
     accumulate_checked(base, x, n, w, ne0, m);
     return;
   }
@@ -528,6 +534,7 @@ using Floats = std::vector<float, boost::alignment::aligned_allocator<float, 64>
 
 struct Buffers {
   Floats a, b, ref;
+  std::vector<double> wide_a, wide_b, wide_ref;  // the double path (see wide_values)
 };
 
 // The decoder of a tensor and its row size, found once per tensor; decode_rows then calls the
@@ -535,6 +542,7 @@ struct Buffers {
 // types that have a decoder.
 struct Source {
   const TensorRef* t = nullptr;
+  GgmlType type = GgmlType::F32;
   DecodeFn decode = nullptr;
   uint64_t row_bytes = 0;
   uint64_t block_size = 1, type_size = 0;
@@ -549,7 +557,45 @@ Source source_of(const TensorRef* t, uint64_t ne0) {
   if (!t) return {};
   const auto type = static_cast<GgmlType>(t->info->type_id);
   const TypeTraits& tr = traits(type);
-  return {t, decoder(type), row_bytes(type, ne0).value_or(0), tr.block_size, tr.type_size};
+  return {t, type, decoder(type), row_bytes(type, ne0).value_or(0), tr.block_size, tr.type_size};
+}
+
+// f64, i32 and i64 hold values that float cannot (beyond its range, or differing below its
+// precision): a job with such a side is measured in double, element by element.
+bool wide_values(const std::array<Source, 3>& src) {
+  for (const Source& s : src)
+    if (s.t && (s.type == GgmlType::F64 || s.type == GgmlType::I32 || s.type == GgmlType::I64))
+      return true;
+  return false;
+}
+
+// Decodes n elements from p (whole blocks) into doubles: f64, i32 and i64 exactly (i64 as
+// doubles do, exact up to 2^53), any other type through its float decoder into tmp.
+void decode_wide(const Source& s, const uint8_t* p, uint64_t n, std::vector<double>& out,
+                 Floats& tmp) {
+  out.resize(n);
+  const auto widen = [&]<typename T>(T) {
+    for (uint64_t i = 0; i < n; ++i) {
+      T v;
+      std::memcpy(&v, p + i * sizeof(T), sizeof(T));
+      out[i] = static_cast<double>(v);
+    }
+  };
+  switch (s.type) {
+    case GgmlType::F64:
+      widen(double{});
+      break;
+    case GgmlType::I32:
+      widen(int32_t{});
+      break;
+    case GgmlType::I64:
+      widen(int64_t{});
+      break;
+    default:
+      tmp.resize(n);
+      s.decode(p, tmp.data(), static_cast<int64_t>(n));
+      std::copy(tmp.begin(), tmp.end(), out.begin());
+  }
 }
 
 // The least number of elements that is whole blocks of every side's type.
@@ -582,7 +628,19 @@ std::vector<double> slice_sums(const ValueJob& job, uint64_t ne0) {
   return out;
 }
 
-// In runs of rows that share one slice of the importance weights (rows of one expert matrix).
+// Calls run(r, n, slice) for the runs of rows [row0 + r, row0 + r + n) that share one slice of
+// the job's importance weights (the rows of one expert matrix, or all rows for one slice).
+template <typename Run>
+void weight_runs(const ValueJob& job, const Geometry& g, uint64_t row0, uint64_t rows, Run run) {
+  const uint64_t slices = job.weights.size() / g.ne0;
+  for (uint64_t r = 0; r < rows;) {
+    const uint64_t slice = slices == 1 ? 0 : (row0 + r) / g.ne1;
+    const uint64_t n = slices == 1 ? rows - r : std::min(rows - r, (slice + 1) * g.ne1 - row0 - r);
+    run(r, n, slice);
+    r += n;
+  }
+}
+
 void accumulate_rows(const Floats& base, const Floats& x, const ValueJob& job,
                      const std::vector<double>& w_sums, const Geometry& g, uint64_t row0,
                      uint64_t rows, ErrorMetrics& m) {
@@ -590,15 +648,24 @@ void accumulate_rows(const Floats& base, const Floats& x, const ValueJob& job,
     accumulate(base.data(), x.data(), base.size(), nullptr, m);
     return;
   }
-  const uint64_t slices = job.weights.size() / g.ne0;
-  for (uint64_t r = 0; r < rows;) {
-    const uint64_t slice = slices == 1 ? 0 : (row0 + r) / g.ne1;
-    const uint64_t run =
-        slices == 1 ? rows - r : std::min(rows - r, (slice + 1) * g.ne1 - row0 - r);
-    detail::accumulate_rows(base.data() + r * g.ne0, x.data() + r * g.ne0, run, g.ne0,
+  weight_runs(job, g, row0, rows, [&](uint64_t r, uint64_t n, uint64_t slice) {
+    detail::accumulate_rows(base.data() + r * g.ne0, x.data() + r * g.ne0, n, g.ne0,
                             job.weights.data() + slice * g.ne0, w_sums[slice], m);
-    r += run;
+  });
+}
+
+// The double path of whole rows.
+void accumulate_rows(const std::vector<double>& base, const std::vector<double>& x,
+                     const ValueJob& job, const Geometry& g, uint64_t row0, uint64_t rows,
+                     ErrorMetrics& m) {
+  if (job.weights.empty()) {
+    accumulate_checked(base.data(), x.data(), base.size(), nullptr, 1, m);
+    return;
   }
+  weight_runs(job, g, row0, rows, [&](uint64_t r, uint64_t n, uint64_t slice) {
+    accumulate_checked(base.data() + r * g.ne0, x.data() + r * g.ne0, n * g.ne0,
+                       job.weights.data() + slice * g.ne0, g.ne0, m);
+  });
 }
 
 // A piece of one row (Item::cols > 0), in slices of whole blocks of every side; the weights
@@ -613,11 +680,27 @@ void measure_piece(const Item& it, const ValueJob& job, const Geometry& g,
     const uint64_t slices = job.weights.size() / g.ne0;
     w = job.weights.data() + (slices == 1 ? 0 : it.row0 / g.ne1) * g.ne0;
   }
+  const bool wide = wide_values(src);
   for (uint64_t c = it.col0; c < it.col0 + it.cols; c += step) {
     const uint64_t n = std::min(step, it.col0 + it.cols - c);
+    const float* wc = w ? w + c : nullptr;
+    if (wide) {
+      const auto piece = [&](const Source& s, std::vector<double>& out) {
+        decode_wide(s, s.t->data().data() + s.offset(it.row0, c), n, out, buf.a);
+      };
+      piece(src[0], buf.wide_a);
+      piece(src[1], buf.wide_b);
+      if (job.measure_ab)
+        accumulate_checked(buf.wide_a.data(), buf.wide_b.data(), n, wc, n, sums[0]);
+      if (job.ref) {
+        piece(src[2], buf.wide_ref);
+        accumulate_checked(buf.wide_ref.data(), buf.wide_a.data(), n, wc, n, sums[1]);
+        accumulate_checked(buf.wide_ref.data(), buf.wide_b.data(), n, wc, n, sums[2]);
+      }
+      continue;
+    }
     decode_piece(src[0], it.row0, c, n, buf.a);
     decode_piece(src[1], it.row0, c, n, buf.b);
-    const float* wc = w ? w + c : nullptr;
     if (job.measure_ab) accumulate(buf.a.data(), buf.b.data(), n, wc, sums[0]);
     if (job.ref) {
       decode_piece(src[2], it.row0, c, n, buf.ref);
@@ -698,8 +781,23 @@ std::vector<ValueResult> measure_values(const std::vector<ValueJob>& jobs, unsig
         return;
       }
       const uint64_t per = std::max<uint64_t>(1, kSliceElements / std::max<uint64_t>(1, g.ne0));
+      const bool wide = wide_values(src[it.job]);
       for (uint64_t r = it.row0; r < it.row0 + it.rows; r += per) {
         const uint64_t n = std::min(per, it.row0 + it.rows - r);
+        if (wide) {
+          const auto rows = [&](const Source& s, std::vector<double>& out) {
+            decode_wide(s, s.t->data().data() + r * s.row_bytes, n * g.ne0, out, buf.a);
+          };
+          rows(src[it.job][0], buf.wide_a);
+          rows(src[it.job][1], buf.wide_b);
+          if (job.measure_ab) accumulate_rows(buf.wide_a, buf.wide_b, job, g, r, n, sums[0]);
+          if (job.ref) {
+            rows(src[it.job][2], buf.wide_ref);
+            accumulate_rows(buf.wide_ref, buf.wide_a, job, g, r, n, sums[1]);
+            accumulate_rows(buf.wide_ref, buf.wide_b, job, g, r, n, sums[2]);
+          }
+          continue;
+        }
         decode_rows(src[it.job][0], g.ne0, r, n, buf.a);
         decode_rows(src[it.job][1], g.ne0, r, n, buf.b);
         if (job.measure_ab) accumulate_rows(buf.a, buf.b, job, w_sums[it.job], g, r, n, sums[0]);

@@ -126,9 +126,14 @@ std::string metadata_section(const DiffReport& r) {
 std::string tensor_section(const DiffReport& r, const DiffRenderOptions& o) {
   const DiffCounts& c = r.counts;
   std::string out = fmt::format("tensors: {} compared", r.tensors.size());
-  if (!c.changed()) return out + (r.tensors.empty() ? "\n" : ", all same\n");
-  out += fmt::format(": {} same, {} only in A, {} only in B, {} shape, {} type, {} bytes\n", c.same,
-                     c.only_a, c.only_b, c.shape, c.type, c.bytes);
+  if (r.tensors.empty()) return out + "\n";
+  if (!c.changed()) {
+    out += ", all same\n";
+    if (!o.all) return out;
+  } else {
+    out += fmt::format(": {} same, {} only in A, {} only in B, {} shape, {} type, {} bytes\n",
+                       c.same, c.only_a, c.only_b, c.shape, c.type, c.bytes);
+  }
   Table t(
       {"name", "change", "type a", "type b", "shape a", "shape b", "bytes a", "bytes b", "delta"},
       {true, true, true, true, false, false, false, false, false});

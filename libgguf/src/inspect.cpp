@@ -3,6 +3,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <map>
 
 #include "gguf/hash.h"
@@ -13,11 +14,12 @@ namespace {
 void add(std::vector<InspectGroup>& groups, std::map<std::string, size_t>& index,
          const std::string& key, const InspectTensor& t) {
   auto [it, fresh] = index.emplace(key, groups.size());
-  if (fresh) groups.push_back({key, 0, 0, 0});
+  if (fresh) groups.push_back({key, 0, 0, 0, 0});
   InspectGroup& g = groups[it->second];
   g.tensors += 1;
   g.params += t.n_elements;
   g.bytes += t.bytes.value_or(0);
+  if (t.bytes) g.sized_params += t.n_elements;
 }
 
 void summarise(InspectReport& r) {
@@ -26,7 +28,10 @@ void summarise(InspectReport& r) {
   for (const auto& t : r.tensors) {
     r.params += t.n_elements;
     r.tensor_bytes += t.bytes.value_or(0);
-    if (!t.bytes) ++r.unsized;
+    if (t.bytes)
+      r.sized_params += t.n_elements;
+    else
+      ++r.unsized;
     add(r.by_type, ti, type_name(t.type_id), t);
     add(r.by_role, ri, std::string(role_name(t.role)), t);
     add(r.by_layer, li, t.layer ? std::to_string(*t.layer) : "-", t);
@@ -97,9 +102,16 @@ InspectReport inspect(const Model& model, const InspectOptions& options) {
     const auto hashes = hash_tensors(model, indices, options.threads, options.progress);
     for (size_t k = 0; k < hashes.size(); ++k) r.tensors[k].xxh3 = hashes[k];
   }
+  r.checked = options.check;
   if (options.check) r.problems = check_model(model);
   summarise(r);
   return r;
+}
+
+uint64_t check_errors(const InspectReport& r) {
+  return static_cast<uint64_t>(
+      std::count_if(r.problems.begin(), r.problems.end(),
+                    [](const Problem& p) { return p.severity == "error"; }));
 }
 
 InspectReport inspect_partial(const GgufFile& file, const Error& error) {

@@ -31,7 +31,7 @@ void group_table(std::string& out, const char* title, const char* key_header,
   for (const auto& g : groups)
     t.add({escape_for_terminal(g.key), std::to_string(g.tensors), short_count(g.params),
            cli::human_bytes(g.bytes), share_text(g.bytes, r.tensor_bytes),
-           bpw_text(g.bytes, g.params)});
+           bpw_text(g.bytes, g.sized_params)});
   out += fmt::format("\n{}:\n", title) + t.render("  ");
 }
 
@@ -56,11 +56,11 @@ std::string render_text(const InspectReport& r, const RenderOptions& o) {
                        cli::human_bytes(r.tensor_bytes));
     out += fmt::format("file bytes:    {} ({})\n", with_commas(r.file_bytes),
                        cli::human_bytes(r.file_bytes));
-    out += fmt::format("bits/weight:   {}\n", bpw_text(r.tensor_bytes, r.params));
+    out += fmt::format("bits/weight:   {}\n", bpw_text(r.tensor_bytes, r.sized_params));
     if (r.unsized)
       out += fmt::format(
-          "unsized:       {} tensors of unknown or removed types (not counted in "
-          "bytes)\n",
+          "unsized:       {} tensors of unknown or removed types (not counted in bytes "
+          "or bits/weight)\n",
           r.unsized);
     group_table(out, "by type", "type", r.by_type, r);
     group_table(out, "by role", "role", r.by_role, r);
@@ -145,19 +145,21 @@ std::string render_json(const InspectReport& r) {
                    {"bytes", g.bytes}});
     return a;
   };
-  doc["summary"] = {{"tensors", r.tensors.size()},
-                    {"params", r.params},
-                    {"tensor_bytes", r.tensor_bytes},
-                    {"file_bytes", r.file_bytes},
-                    {"unsized_tensors", r.unsized},
-                    // No parameters, no bits per weight (the text form prints "-").
-                    {"bits_per_weight", r.params ? json(static_cast<double>(r.tensor_bytes) * 8.0 /
-                                                        static_cast<double>(r.params))
-                                                 : json(nullptr)},
-                    {"by_type", groups(r.by_type)},
-                    {"by_role", groups(r.by_role)},
-                    {"by_layer", groups(r.by_layer)}};
-  if (!r.problems.empty() || r.damage) {
+  doc["summary"] = {
+      {"tensors", r.tensors.size()},
+      {"params", r.params},
+      {"tensor_bytes", r.tensor_bytes},
+      {"file_bytes", r.file_bytes},
+      {"unsized_tensors", r.unsized},
+      // Over the tensors of known size; none, no bits per weight (the text
+      // form prints "-").
+      {"bits_per_weight", r.sized_params ? json(static_cast<double>(r.tensor_bytes) * 8.0 /
+                                                static_cast<double>(r.sized_params))
+                                         : json(nullptr)},
+      {"by_type", groups(r.by_type)},
+      {"by_role", groups(r.by_role)},
+      {"by_layer", groups(r.by_layer)}};
+  if (r.checked || !r.problems.empty() || r.damage) {
     json p = json::array();
     for (const auto& x : r.problems)
       p.push_back({{"file", utf8_or_escaped(x.path)},
@@ -166,6 +168,11 @@ std::string render_json(const InspectReport& r) {
                    {"severity", x.severity},
                    {"message", message_for_json(x.message)}});
     doc["problems"] = std::move(p);
+  }
+  if (r.checked) {
+    // The verdict: gguf-inspect --check exits 1 when errors > 0 (warnings alone exit 0).
+    const uint64_t errors = check_errors(r);
+    doc["check"] = {{"errors", errors}, {"warnings", r.problems.size() - errors}};
   }
   if (r.damage) {
     doc["error"] = message_for_json(r.damage->what());

@@ -240,9 +240,11 @@ RequantResult requant(const Model& model, const RequantOptions& o) {
       row.action = (o.type == GgmlType::F32 || o.type == GgmlType::F16 || o.type == GgmlType::BF16)
                        ? "decode"
                        : "encode";
-      // Decoding to f32 is exact; any other target rounds what was already rounded.
-      row.lossy_reencode = traits(src_type).quantized && o.type != GgmlType::F32 && !o.exact;
-      lossy_note |= row.lossy_reencode;
+      // Decoding to f32 is exact, and so is what --exact proves; any other target may round,
+      // and rounds again what a quantized source had rounded already.
+      row.lossy = o.type != GgmlType::F32 && !o.exact;
+      row.requantized = row.lossy && traits(src_type).quantized;
+      lossy_note |= row.requantized;
       pt.type_id = target.id;
       pt.bytes = row.bytes_after;
       if (exact != ExactPath::kTranscode) pt.source = make_encoding_producer(std::move(e));

@@ -40,7 +40,7 @@ std::string render_requant_text(const RequantResult& r, const WriteResult* writt
     t.add({escape_for_terminal(row.name),
            fmt::format("{} -> {}", type_name(row.type_before), type_name(row.type_after)),
            cli::human_bytes(row.bytes_before), cli::human_bytes(row.bytes_after),
-           std::string(importance_name(row.importance)), row.lossy_reencode ? "re-encoded" : ""});
+           std::string(importance_name(row.importance)), row.requantized ? "requantized" : ""});
   }
   std::string out = t.render();
   const size_t encoded = r.rows.size() - copied;
@@ -73,7 +73,8 @@ std::string render_requant_json(const RequantResult& r, const WriteResult* writt
                               {"bytes_before", row.bytes_before},
                               {"bytes_after", row.bytes_after},
                               {"action", row.action},
-                              {"lossy", row.lossy_reencode},
+                              {"lossy", row.lossy},
+                              {"requantized", row.requantized},
                               {"importance", row.importance == ImportanceSource::kNone
                                                  ? json(nullptr)
                                                  : json(importance_name(row.importance))}});

@@ -39,6 +39,7 @@ struct InspectTensor {
 struct InspectGroup {
   std::string key;  // type name, role name, or layer ("0".."42", "-" for none)
   uint64_t tensors = 0, params = 0, bytes = 0;
+  uint64_t sized_params = 0;  // of tensors with a known size: bits per weight = 8 bytes / this
 };
 
 struct InspectReport {
@@ -52,8 +53,10 @@ struct InspectReport {
   const Metadata* metadata = nullptr;  // of the first file; owned by the model
   std::vector<InspectTensor> tensors;  // selected tensors, in file order
   uint64_t params = 0, tensor_bytes = 0, file_bytes = 0;
-  uint64_t unsized = 0;  // tensors whose type has no known size
+  uint64_t unsized = 0;       // tensors whose type has no known size
+  uint64_t sized_params = 0;  // of the others: bits per weight = 8 tensor_bytes / this
   std::vector<InspectGroup> by_type, by_role, by_layer;
+  bool checked = false;           // InspectOptions::check was given
   std::vector<Problem> problems;  // with InspectOptions::check
   std::optional<Error> damage;    // set when the file could only be read in part
   // The selection the tensor list was made with; recorded in the JSON (a manifest written
@@ -72,5 +75,7 @@ struct RenderOptions {
 };
 std::string render_text(const InspectReport& r, const RenderOptions& o);
 std::string render_json(const InspectReport& r);
+// The problems of severity error (gguf-inspect --check exits 1 when there is one).
+uint64_t check_errors(const InspectReport& r);
 
 }  // namespace gguf

@@ -33,8 +33,9 @@ struct RequantRow {
   std::string source;  // path of the file the tensor is read from
   uint32_t type_before = 0, type_after = 0;
   uint64_t bytes_before = 0, bytes_after = 0;
-  std::string action;           // "copy" | "encode" | "decode"
-  bool lossy_reencode = false;  // the source was already quantized, the target is not f32
+  std::string action;        // "copy" | "encode" | "decode"
+  bool lossy = false;        // values may change: any target but f32, unless --exact proves them
+  bool requantized = false;  // lossy, and the source was already quantized (error adds up)
   ImportanceSource importance = ImportanceSource::kNone;
 };
 
