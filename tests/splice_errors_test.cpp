@@ -162,6 +162,17 @@ TEST(splice_errors, gate_and_up_of_a_layer_with_different_types) {
   EXPECT_EQ(r.warnings, std::vector<std::string>{"layer 3: " + why});
   // Taking down alone leaves gate and up alike: no complaint.
   EXPECT_TRUE(splice_one(base, donor, selector({"3"}, {"routed-down"})).warnings.empty());
+  // A base that mixes them already: splicing down into that layer is not refused (the splice
+  // does not cause the mix), but the report says the output keeps it.
+  Scratch dir;
+  write_plan(r.plan, dir.file("mixed.gguf"), {});
+  const Model mixed = Model::open(dir.file("mixed.gguf"));
+  EXPECT_EQ(splice_one(mixed, donor, selector({"3"}, {"routed-down"})).warnings,
+            std::vector<std::string>{
+                "layer 3: gate and up experts already differ in type in the base (tensor "
+                "'blk.3.ffn_gate_exps.weight' is f32, tensor 'blk.3.ffn_up_exps.weight' is f16); "
+                "the output keeps that, and ds4 needs one type for both"});
+  EXPECT_TRUE(splice_one(mixed, donor, selector({"4"}, {"routed-down"})).warnings.empty());
 }
 
 TEST(splice_errors, architecture_differs) {
@@ -263,6 +274,17 @@ TEST(splice_errors, quantization_version_must_agree) {
   const SpliceResult r = splice_one(float_base, donor, selector({}));
   EXPECT_EQ(r.plan.metadata.get_uint("general.quantization_version"), 1u);
   EXPECT_TRUE(r.warnings.empty());
+  // Two donors of different versions into that base: the version the second disagrees with
+  // is the first donor's, not the base's.
+  const std::string d2 = write_small(dir, "d2.gguf", GgmlType::Q4_0, 2);
+  const Model donor2 = Model::open(d2);
+  const std::vector<Donor> two = {{&donor, selector({}, {"routed-gate", "routed-up"})},
+                                  {&donor2, selector({}, {"routed-down"})}};
+  EXPECT_EQ(message_of([&] { splice(float_base, two, {}); }),
+            fmt::format("{}: key 'general.quantization_version': quantization version 2 differs "
+                        "from 1 in '{}' (the base has none); quantized payloads of different "
+                        "versions are not interchangeable",
+                        d2, d));
   // A donor of quantized payloads without the key is taken at the output's version, and the
   // report says so.
   const std::string nd = write_small(dir, "nd.gguf", GgmlType::Q4_0, std::nullopt);

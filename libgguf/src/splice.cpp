@@ -164,24 +164,46 @@ std::vector<std::optional<Claim>> resolve_claims(const Model& base, std::span<co
 }
 
 // ds4 needs the gate and up experts of a layer to share one type; a splice that touches only
-// one of them (or takes them from donors of different types) breaks that.
+// one of them (or takes them from donors of different types) breaks that. A base whose layer
+// mixes them already is not the splice's doing: splicing other tensors of that layer is
+// allowed, with a warning that the output keeps the mix.
 void check_gate_up(const SpliceResult& r, const std::string& arch, const SpliceOptions& o,
                    std::vector<std::string>& warnings) {
   struct LayerTypes {
-    std::vector<size_t> rows;
-    bool touched = false;
+    std::vector<size_t> rows;    // gate and up
+    bool touched = false;        // gate or up spliced
+    bool other_touched = false;  // another tensor of the layer spliced
   };
   std::map<int, LayerTypes> layers;
   for (size_t i = 0; i < r.plan.tensors.size(); ++i) {
     const PlanTensor& t = r.plan.tensors[i];
     const TensorName tn = classify_tensor(t.name, arch, static_cast<int>(t.shape.size()));
-    if (!tn.layer || (tn.role != Role::kRoutedGate && tn.role != Role::kRoutedUp)) continue;
+    if (!tn.layer) continue;
     auto& l = layers[*tn.layer];
+    const bool spliced = r.rows[i].action == SpliceAction::kSplice;
+    if (tn.role != Role::kRoutedGate && tn.role != Role::kRoutedUp) {
+      l.other_touched |= spliced;
+      continue;
+    }
     l.rows.push_back(i);
-    l.touched |= r.rows[i].action == SpliceAction::kSplice;
+    l.touched |= spliced;
   }
   for (const auto& [layer, l] : layers) {
-    if (!l.touched) continue;
+    if (l.rows.empty()) continue;
+    if (!l.touched) {
+      if (!l.other_touched) continue;
+      const SpliceRow& first = r.rows[l.rows.front()];
+      for (size_t i : l.rows)
+        if (r.rows[i].type_after != first.type_after) {
+          warnings.push_back(fmt::format(
+              "layer {}: gate and up experts already differ in type in the base ({} is {}, {} is "
+              "{}); the output keeps that, and ds4 needs one type for both",
+              layer, tensor_object(first.name), type_name(first.type_after),
+              tensor_object(r.rows[i].name), type_name(r.rows[i].type_after)));
+          break;
+        }
+      continue;
+    }
     const SpliceRow& first = r.rows[l.rows.front()];
     for (size_t i : l.rows) {
       const SpliceRow& other = r.rows[i];
@@ -206,6 +228,7 @@ void check_gate_up(const SpliceResult& r, const std::string& arch, const SpliceO
 void settle_quant_version(SpliceResult& r, const Model& base, std::span<const Donor> donors) {
   Metadata& m = r.plan.metadata;
   std::optional<uint64_t> have = m.get_uint(kQuantVersion);
+  std::string have_from = base.path();  // the file the version in `have` comes from
   bool any_quantized = false;
   std::vector<bool> donor_quantized(donors.size(), false);
   std::vector<size_t> unversioned;  // donors of quantized payloads without the key
@@ -223,13 +246,16 @@ void settle_quant_version(SpliceResult& r, const Model& base, std::span<const Do
       continue;
     }
     if (!have) {
+      // A base without the key takes the first versioned donor's.
       m.set(kQuantVersion, Value::u32(static_cast<uint32_t>(*v)));
       have = v;
+      have_from = donors[d].model->path();
     } else if (*v != *have) {
       throw Error(donors[d].model->path(), key_object(kQuantVersion), std::nullopt,
-                  fmt::format("quantization version {} differs from {} in '{}'; quantized payloads "
-                              "of different versions are not interchangeable",
-                              *v, *have, escape_for_terminal(base.path())));
+                  fmt::format("quantization version {} differs from {} in '{}'{}; quantized "
+                              "payloads of different versions are not interchangeable",
+                              *v, *have, escape_for_terminal(have_from),
+                              have_from == base.path() ? "" : " (the base has none)"));
     }
   }
   // llama.cpp expects the key in any file holding quantized tensors.
