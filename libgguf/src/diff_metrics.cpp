@@ -422,10 +422,10 @@ const std::vector<SumsFn>& kernels() {
   return k;
 }
 
-// The careful path, taken only for chunks holding a NaN or an infinity: such pairs are counted
-// and left out of the sums so one bad element does not turn every metric into NaN.
-// In double, element by element: pairs with a NaN or an Inf are counted and left out. Floats,
-// or the doubles of tensors whose values float cannot hold (f64, i32, i64).
+// The careful path, in double element by element: pairs with a NaN or an infinity are counted
+// and left out of the sums so one bad element does not turn every metric into NaN. Taken for
+// float chunks whose fast sums are not finite, and for the doubles of tensors whose values
+// float cannot hold (f64, i32, i64).
 template <typename T>
 void accumulate_checked(const T* base, const T* x, size_t n, const float* w, size_t ne0,
                         ErrorMetrics& m) {

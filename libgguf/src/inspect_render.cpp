@@ -151,8 +151,7 @@ std::string render_json(const InspectReport& r) {
       {"tensor_bytes", r.tensor_bytes},
       {"file_bytes", r.file_bytes},
       {"unsized_tensors", r.unsized},
-      // Over the tensors of known size; none, no bits per weight (the text
-      // form prints "-").
+      // Over the tensors of known size (none: null, where the text form prints "-").
       {"bits_per_weight", r.sized_params ? json(static_cast<double>(r.tensor_bytes) * 8.0 /
                                                 static_cast<double>(r.sized_params))
                                          : json(nullptr)},
