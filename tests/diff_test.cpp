@@ -313,6 +313,78 @@ TEST(diff, rows_longer_than_a_work_item_are_measured_in_pieces) {
   }
 }
 
+// The double path (an f64 side) in both shapes of work: long rows in pieces, and whole rows of
+// 3-D experts, each with and without importance weights per expert, and three-way.
+TEST(diff, f64_sides_are_measured_in_pieces_and_per_expert_slices) {
+  const auto f64_bytes = [](const std::vector<float>& v) {
+    std::vector<uint8_t> out(v.size() * 8);
+    for (size_t i = 0; i < v.size(); ++i) {
+      const double d = v[i];
+      std::memcpy(out.data() + i * 8, &d, 8);
+    }
+    return out;
+  };
+  constexpr uint32_t kF64 = 28;
+  struct Case {
+    std::string name;
+    int64_t ne0, ne1;
+  };
+  // A row of 2^20 + 96 elements (q8_0 pieces, a short last one), and 3 experts of 4 x 64.
+  for (const Case& c : {Case{"blk.1.ffn_down_exps.weight", (int64_t{1} << 20) + 96, 1},
+                        Case{"blk.1.ffn_up_exps.weight", 64, 4}}) {
+    SCOPED_TRACE(c.name);
+    const int64_t experts = c.ne1 == 1 ? 2 : 3;
+    const size_t n = static_cast<size_t>(c.ne0 * c.ne1 * experts);
+    const auto base = perturbed(eighths(n, 5), 0.3, 1);
+    const uint64_t rows = static_cast<uint64_t>(c.ne1 * experts);
+    std::vector<uint8_t> q8(*row_bytes(GgmlType::Q8_0, static_cast<uint64_t>(c.ne0)) * rows);
+    quantize(GgmlType::Q8_0, base, static_cast<int64_t>(rows), c.ne0, {}, q8);
+    std::vector<float> xa(n);
+    dequantize(GgmlType::Q8_0, q8, xa);
+    const auto xb = perturbed(base, 0.05, 2);
+    Fixture ref, a, b;
+    const std::vector<int64_t> shape = {c.ne0, c.ne1, experts};
+    const auto put = [&](Fixture& f, uint32_t type, std::vector<uint8_t> payload) {
+      std::erase_if(f.tensors, [&](const FixtureTensor& t) { return t.name == c.name; });
+      f.tensors.push_back({c.name, type, shape, std::move(payload)});
+    };
+    put(ref, kF64, f64_bytes(base));
+    put(a, static_cast<uint32_t>(GgmlType::Q8_0), q8);
+    put(b, kF64, f64_bytes(xb));
+    const size_t slice = static_cast<size_t>(c.ne0) * static_cast<size_t>(experts);
+    std::vector<float> w(slice);  // experts x ne0, expert-major
+    for (size_t i = 0; i < w.size(); ++i) w[i] = 0.25f + static_cast<float>((i * 13) % 17);
+    Imatrix im;
+    im.add(c.name, {experts, c.ne0, w, {}});
+    std::vector<double> per_element(n);
+    for (size_t i = 0; i < n; ++i) {
+      const size_t col = i % static_cast<size_t>(c.ne0);
+      const size_t expert = i / (static_cast<size_t>(c.ne0) * static_cast<size_t>(c.ne1));
+      per_element[i] = w[expert * static_cast<size_t>(c.ne0) + col];
+    }
+    TempDir dir;
+    const Model rm = Model::open(ref.write(dir, "ref.gguf"));
+    for (const bool weighted : {false, true}) {
+      SCOPED_TRACE(weighted);
+      DiffOptions o;
+      o.values = true;
+      o.reference = &rm;
+      o.threads = 2;
+      if (weighted) o.importance = &im;
+      const DiffReport r = diff(a, b, o);
+      const TensorDiff& t = find(r, c.name);
+      ASSERT_TRUE(t.metrics && t.ref_a && t.ref_b);
+      const std::vector<double> none;
+      const auto& ew = weighted ? per_element : none;
+      EXPECT_EQ(t.metrics->count, n);
+      EXPECT_EQ(t.metrics->weighted, weighted);
+      expect_metrics(*t.metrics, expected(xa, xb, ew), weighted);
+      expect_metrics(*t.ref_a, expected(base, xa, ew), weighted);
+      expect_metrics(*t.ref_b, expected(base, xb, ew), weighted);
+    }
+  }
+}
+
 TEST(diff, every_sum_kernel_agrees_with_plain_loops) {
   const auto base = perturbed(eighths(1000, 3), 0.4, 1);
   const auto x = perturbed(base, 0.02, 5);
@@ -509,6 +581,20 @@ TEST(diff, f64_i32_and_i64_tensors_are_measured_in_double) {
   check("i32.weight", ia, ib);
   check("i64.weight", la, lb);
   check("mixed.weight", ia, std::vector<double>(mixed.begin(), mixed.end()));
+
+  // An f64 pair whose square overflows double is left out and counted, not summed as infinity.
+  Fixture c, d;
+  std::vector<double> ca(fa), cd(fb);
+  ca[5] = cd[5] = 1e200;
+  cd[6] = -1e300;
+  c.tensors.push_back({"f64.weight", 28, {8, 8}, bytes_of(ca)});
+  d.tensors.push_back({"f64.weight", 28, {8, 8}, bytes_of(cd)});
+  const TensorDiff& t = find(diff(c, d, o), "f64.weight");
+  ASSERT_TRUE(t.metrics);
+  EXPECT_EQ(t.metrics->too_large, 2u);
+  EXPECT_EQ(t.metrics->count, 62u);
+  EXPECT_EQ(t.metrics->nonfinite(), 0u);
+  EXPECT_TRUE(std::isfinite(t.metrics->rel()) && std::isfinite(t.metrics->cosine()));
 }
 
 TEST(diff, values_compare_bytes_and_decode_only_what_differs) {

@@ -18,6 +18,7 @@
 #include "gguf/imatrix.h"
 #include "gguf/synth.h"
 #include "gguf/writer.h"
+#include "gguf_builder.h"
 
 namespace gguf {
 namespace {
@@ -308,6 +309,37 @@ TEST(requant, only_decoding_to_f32_is_lossless) {
         EXPECT_EQ(j["tensors"][i]["requantized"], r.rows[i].requantized);
       }
     }
+}
+
+// f64 holds values f32 cannot: decoding it to f32 may round, so it is lossy, and --exact (whose
+// paths and proof go through f32) has no path from it.
+TEST(requant, f64_to_f32_is_lossy_and_has_no_exact_path) {
+  TempDir dir;
+  std::vector<double> v(256);
+  for (size_t i = 0; i < v.size(); ++i) v[i] = 1.0 + static_cast<double>(i) * 1e-12;
+  std::vector<uint8_t> bytes(v.size() * 8);
+  std::memcpy(bytes.data(), v.data(), bytes.size());
+  testing::GgufBuilder b;
+  b.string("general.architecture", "llama").tensor("blk.0.attn_q.weight", 28, {64, 4}, bytes);
+  b.write_file(dir.file("f64.gguf"));
+  const Model m = Model::open(dir.file("f64.gguf"));
+  const auto r = requant(m, {GgmlType::F32, {}, nullptr, 1});
+  ASSERT_EQ(r.rows.size(), 1u);
+  EXPECT_EQ(r.rows[0].action, "decode");
+  EXPECT_TRUE(r.rows[0].lossy);
+  EXPECT_FALSE(r.rows[0].requantized);
+  RequantOptions o;
+  o.type = GgmlType::F32;
+  o.exact = true;
+  try {
+    (void)requant(m, o);
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("no exact path from f64 to f32: f64 values are wider "
+                                         "than f32's, which --exact moves values through"),
+              std::string::npos)
+        << e.what();
+  }
 }
 
 TEST(requant, output_does_not_depend_on_thread_count) {

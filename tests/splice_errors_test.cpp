@@ -167,11 +167,19 @@ TEST(splice_errors, gate_and_up_of_a_layer_with_different_types) {
   Scratch dir;
   write_plan(r.plan, dir.file("mixed.gguf"), {});
   const Model mixed = Model::open(dir.file("mixed.gguf"));
+  const auto still = [](const char* gate, const char* up) {
+    return std::vector<std::string>{fmt::format(
+        "layer 3: gate and up experts differ in type in the base already, and still do in the "
+        "output (tensor 'blk.3.ffn_gate_exps.weight' is {}, tensor 'blk.3.ffn_up_exps.weight' is "
+        "{}); ds4 needs one type for both",
+        gate, up)};
+  };
   EXPECT_EQ(splice_one(mixed, donor, selector({"3"}, {"routed-down"})).warnings,
-            std::vector<std::string>{
-                "layer 3: gate and up experts already differ in type in the base (tensor "
-                "'blk.3.ffn_gate_exps.weight' is f32, tensor 'blk.3.ffn_up_exps.weight' is f16); "
-                "the output keeps that, and ds4 needs one type for both"});
+            still("f32", "f16"));
+  // So is taking gate again (the mix is the base's), and taking up mends it.
+  EXPECT_EQ(splice_one(mixed, donor, selector({"3"}, {"routed-gate"})).warnings,
+            still("f32", "f16"));
+  EXPECT_TRUE(splice_one(mixed, donor, selector({"3"}, {"routed-up"})).warnings.empty());
   EXPECT_TRUE(splice_one(mixed, donor, selector({"4"}, {"routed-down"})).warnings.empty());
 }
 

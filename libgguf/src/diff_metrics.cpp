@@ -76,6 +76,7 @@ void ErrorMetrics::merge(const ErrorMetrics& o) {
   inf_base += o.inf_base;
   nan_x += o.nan_x;
   inf_x += o.inf_x;
+  too_large += o.too_large;
   weighted = weighted || o.weighted;
   sum_w += o.sum_w;
   sum_w_sq_diff += o.sum_w_sq_diff;
@@ -436,6 +437,13 @@ void accumulate_checked(const T* base, const T* x, size_t n, const float* w, siz
     if (!fx) ++(std::isnan(x[i]) ? m.nan_x : m.inf_x);
     if (!fa || !fx) continue;
     const double a = base[i], b = x[i], d = b - a;
+    const double wt = w ? w[i % ne0] : 0;
+    // Only f64 values reach this (float squares, even weighted, stay far below double's
+    // limit); an overflow would make every sum infinite, and a group's pooled ones with them.
+    if (!std::isfinite(d * d + a * a + b * b + wt * d * d + wt * a * a)) {
+      ++m.too_large;
+      continue;
+    }
     m.sum_sq_diff += d * d;
     m.sum_sq_base += a * a;
     m.sum_sq_x += b * b;
@@ -443,7 +451,6 @@ void accumulate_checked(const T* base, const T* x, size_t n, const float* w, siz
     m.max_abs = std::max(m.max_abs, std::fabs(d));
     ++m.count;
     if (w) {
-      const double wt = w[i % ne0];
       m.sum_w += wt;
       m.sum_w_sq_diff += wt * d * d;
       m.sum_w_sq_base += wt * a * a;

@@ -75,6 +75,7 @@ std::string nonfinite_text(const ErrorMetrics& m, std::string_view base, std::st
   add(m.inf_base, base, "Inf in");
   add(m.nan_x, x, "NaN in");
   add(m.inf_x, x, "Inf in");
+  if (m.too_large) s += fmt::format("{}{} too large to square", s.empty() ? "" : ", ", m.too_large);
   return s.empty() ? "-" : s;
 }
 
@@ -191,7 +192,8 @@ std::string reference_section(const DiffReport& r) {
     if (r.weighted) row.insert(row.end(), {num(a.weighted_rel()), num(b.weighted_rel())});
     row.push_back(std::string(closer_name(*x.closer)));
     std::string bad = nonfinite_text(a, "ref", "a");
-    if (b.nan_x + b.inf_x) bad = (bad == "-" ? "" : bad + ", ") + nonfinite_text(b, "ref", "b");
+    if (b.nan_x + b.inf_x + b.too_large)
+      bad = (bad == "-" ? "" : bad + ", ") + nonfinite_text(b, "ref", "b");
     row.push_back(bad);
     t.add(std::move(row));
   }
@@ -244,6 +246,7 @@ json metrics_json(const ErrorMetrics& m, const char* base, const char* x) {
   j[fmt::format("inf_{}", base)] = m.inf_base;
   j[fmt::format("nan_{}", x)] = m.nan_x;
   j[fmt::format("inf_{}", x)] = m.inf_x;
+  if (m.too_large) j["too_large"] = m.too_large;
   if (m.weighted) {
     j["weighted_rmse"] = number(m.weighted_rmse());
     j["weighted_rel"] = number(m.weighted_rel());

@@ -18,6 +18,14 @@ namespace gguf {
 
 ExactPath exact_path(GgmlType from, GgmlType to, std::string& why) {
   why.clear();
+  // Every path goes through f32 (and the proof compares f32 values), which f64 exceeds.
+  if (from == GgmlType::F64) {
+    why = fmt::format(
+        "no exact path from f64 to {}: f64 values are wider than f32's, which "
+        "--exact moves values through",
+        traits(to).name);
+    return ExactPath::kNone;
+  }
   if (to == GgmlType::F32) return ExactPath::kDecode;
   if (to == GgmlType::F16 || to == GgmlType::BF16) return ExactPath::kRound;
   if ((from == GgmlType::Q4_0 && to == GgmlType::Q4_1) ||

@@ -240,9 +240,9 @@ RequantResult requant(const Model& model, const RequantOptions& o) {
       row.action = (o.type == GgmlType::F32 || o.type == GgmlType::F16 || o.type == GgmlType::BF16)
                        ? "decode"
                        : "encode";
-      // Decoding to f32 is exact, and so is what --exact proves; any other target may round,
-      // and rounds again what a quantized source had rounded already.
-      row.lossy = o.type != GgmlType::F32 && !o.exact;
+      // Decoding to f32 is exact (but for f64 sources), and so is what --exact proves; any
+      // other target may round, and rounds again what a quantized source had rounded already.
+      row.lossy = (o.type != GgmlType::F32 || src_type == GgmlType::F64) && !o.exact;
       row.requantized = row.lossy && traits(src_type).quantized;
       lossy_note |= row.requantized;
       pt.type_id = target.id;

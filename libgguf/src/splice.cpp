@@ -164,15 +164,14 @@ std::vector<std::optional<Claim>> resolve_claims(const Model& base, std::span<co
 }
 
 // ds4 needs the gate and up experts of a layer to share one type; a splice that touches only
-// one of them (or takes them from donors of different types) breaks that. A base whose layer
-// mixes them already is not the splice's doing: splicing other tensors of that layer is
-// allowed, with a warning that the output keeps the mix.
+// one of them (or takes them from donors of different types) breaks that, and is refused
+// unless allowed. A base whose layer mixes them already is not the splice's doing: a splice
+// into that layer that leaves them mixed is allowed, with a warning.
 void check_gate_up(const SpliceResult& r, const std::string& arch, const SpliceOptions& o,
                    std::vector<std::string>& warnings) {
   struct LayerTypes {
-    std::vector<size_t> rows;    // gate and up
-    bool touched = false;        // gate or up spliced
-    bool other_touched = false;  // another tensor of the layer spliced
+    std::vector<size_t> rows;  // gate and up
+    bool spliced = false;      // any tensor of the layer
   };
   std::map<int, LayerTypes> layers;
   for (size_t i = 0; i < r.plan.tensors.size(); ++i) {
@@ -180,46 +179,37 @@ void check_gate_up(const SpliceResult& r, const std::string& arch, const SpliceO
     const TensorName tn = classify_tensor(t.name, arch, static_cast<int>(t.shape.size()));
     if (!tn.layer) continue;
     auto& l = layers[*tn.layer];
-    const bool spliced = r.rows[i].action == SpliceAction::kSplice;
-    if (tn.role != Role::kRoutedGate && tn.role != Role::kRoutedUp) {
-      l.other_touched |= spliced;
-      continue;
-    }
-    l.rows.push_back(i);
-    l.touched |= spliced;
+    l.spliced |= r.rows[i].action == SpliceAction::kSplice;
+    if (tn.role == Role::kRoutedGate || tn.role == Role::kRoutedUp) l.rows.push_back(i);
   }
   for (const auto& [layer, l] : layers) {
-    if (l.rows.empty()) continue;
-    if (!l.touched) {
-      if (!l.other_touched) continue;
-      const SpliceRow& first = r.rows[l.rows.front()];
+    if (l.rows.empty() || !l.spliced) continue;
+    const SpliceRow& first = r.rows[l.rows.front()];
+    const auto differs = [&](auto type) {
       for (size_t i : l.rows)
-        if (r.rows[i].type_after != first.type_after) {
-          warnings.push_back(fmt::format(
-              "layer {}: gate and up experts already differ in type in the base ({} is {}, {} is "
-              "{}); the output keeps that, and ds4 needs one type for both",
-              layer, tensor_object(first.name), type_name(first.type_after),
-              tensor_object(r.rows[i].name), type_name(r.rows[i].type_after)));
-          break;
-        }
+        if (type(r.rows[i]) != type(first)) return &r.rows[i];
+      return static_cast<const SpliceRow*>(nullptr);
+    };
+    const SpliceRow* other = differs([](const SpliceRow& x) { return x.type_after; });
+    if (!other) continue;
+    if (differs([](const SpliceRow& x) { return x.type_before; })) {
+      warnings.push_back(fmt::format(
+          "layer {}: gate and up experts differ in type in the base already, and still do in the "
+          "output ({} is {}, {} is {}); ds4 needs one type for both",
+          layer, tensor_object(first.name), type_name(first.type_after), tensor_object(other->name),
+          type_name(other->type_after)));
       continue;
     }
-    const SpliceRow& first = r.rows[l.rows.front()];
-    for (size_t i : l.rows) {
-      const SpliceRow& other = r.rows[i];
-      if (other.type_after == first.type_after) continue;
-      std::string msg = fmt::format(
-          "gate and up experts would differ in type: {} is {} (from '{}'), {} is {} (from '{}'); "
-          "ds4 needs one type for both",
-          tensor_object(first.name), type_name(first.type_after), escape_for_terminal(first.source),
-          tensor_object(other.name), type_name(other.type_after),
-          escape_for_terminal(other.source));
-      if (!o.allow_mixed_gate_up)
-        throw Error({}, fmt::format("layer {}", layer), std::nullopt,
-                    msg + " (take both, or use --allow-mixed-gate-up)", Error::Kind::kUsage);
-      warnings.push_back(fmt::format("layer {}: {}", layer, msg));
-      break;
-    }
+    std::string msg = fmt::format(
+        "gate and up experts would differ in type: {} is {} (from '{}'), {} is {} (from '{}'); "
+        "ds4 needs one type for both",
+        tensor_object(first.name), type_name(first.type_after), escape_for_terminal(first.source),
+        tensor_object(other->name), type_name(other->type_after),
+        escape_for_terminal(other->source));
+    if (!o.allow_mixed_gate_up)
+      throw Error({}, fmt::format("layer {}", layer), std::nullopt,
+                  msg + " (take both, or use --allow-mixed-gate-up)", Error::Kind::kUsage);
+    warnings.push_back(fmt::format("layer {}: {}", layer, msg));
   }
 }
 

@@ -91,6 +91,9 @@ struct ErrorMetrics {
   uint64_t count = 0;  // finite pairs
   double sum_sq_diff = 0, sum_sq_base = 0, sum_sq_x = 0, sum_dot = 0, max_abs = 0;
   uint64_t nan_base = 0, inf_base = 0, nan_x = 0, inf_x = 0;
+  // Finite pairs whose squares overflow double (f64 values beyond about 1e154), left out of the
+  // sums like non-finite ones.
+  uint64_t too_large = 0;
   bool weighted = false;  // importance weights were applied
   double sum_w = 0, sum_w_sq_diff = 0, sum_w_sq_base = 0;
   // In a summary group: measured tensors that had no importance weights. A group pooling
@@ -108,7 +111,7 @@ struct ErrorMetrics {
   double max_abs_diff() const;   // max_abs, or NaN when count is 0
   // The squared error the closer-than comparison uses: weighted when weights applied.
   double score() const { return weighted ? sum_w_sq_diff : sum_sq_diff; }
-  uint64_t nonfinite() const { return nan_base + inf_base + nan_x + inf_x; }
+  uint64_t nonfinite() const { return nan_base + inf_base + nan_x + inf_x; }  // not too_large
   void merge(const ErrorMetrics& o);
   // Adds one tensor's metrics to a group: merge(), counting the tensor if it had no weights.
   void pool(const ErrorMetrics& tensor);
