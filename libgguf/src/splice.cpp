@@ -182,7 +182,10 @@ void check_gate_up(const SpliceResult& r, const std::string& arch, const SpliceO
     l.spliced |= r.rows[i].action == SpliceAction::kSplice;
     if (tn.role == Role::kRoutedGate || tn.role == Role::kRoutedUp) l.rows.push_back(i);
   }
-  for (const auto& [layer, l] : layers) {
+  for (const auto& entry : layers) {
+    // Not a structured binding: clang 14 cannot capture one in the lambda below.
+    const int layer = entry.first;
+    const LayerTypes& l = entry.second;
     if (l.rows.empty() || !l.spliced) continue;
     const SpliceRow& first = r.rows[l.rows.front()];
     const auto differs = [&](auto type) {
