@@ -53,7 +53,9 @@ TEST(cli_contract, json_failures_print_one_error_document) {
       run_cli("gguf-splice", {missing, "--donor", a, "-o", dir.file("o.gguf"), "--json"}), 1,
       no_file, dir.path());
   expect_json_error(run_cli("gguf-requant", {a, "--json", "-o", dir.file("o.gguf")}), 2,
-                    "--type is required (the type to re-encode to)", dir.path());
+                    "--type is required (the type to re-encode to), or per-tensor types "
+                    "(--tensor-type, --role-type, --output-tensor-type, --token-embedding-type)",
+                    dir.path());
   expect_json_error(run_cli("gguf-requant", {a, "--json", "--type", "q9_9", "-o", "x"}), 2,
                     "--type: unknown type 'q9_9' (types it can write: f32, f16, q4_0, q4_1, "
                     "q5_0, q5_1, q8_0, q8_1, q2_K, q3_K, q4_K, q5_K, q6_K, q8_K, iq2_xxs, iq2_xs, "

@@ -988,8 +988,8 @@ TEST(requant, cli_reports_json_and_usage_errors) {
   EXPECT_EQ(res.code, 2);
   EXPECT_EQ(res.err,
             "gguf-requant: error: --type: 'Q4_K_M' is a llama-quantize preset (a mix of types), "
-            "not a ggml type: use --type q4_K and choose which tensors get it with --role, "
-            "--layers and --match, one run per type\n"
+            "not a ggml type: it is built around q4_K; make a mix with --type (for the rest) "
+            "and per-tensor types (--tensor-type PATTERN=TYPE, --role-type ROLE=TYPE)\n"
             "Try 'gguf-requant --help' for more information.\n");
   res = run_cli("gguf-requant", {in, "-o", in, "--type", "q8_0", "--force"});
   EXPECT_EQ(res.code, 2);

@@ -1,5 +1,6 @@
-// gguf-requant: re-encode the quantizable tensors of a GGUF with one ggml codec, or import a
-// packed-affine safetensors file into the ggml type that holds its values exactly.
+// gguf-requant: re-encode the quantizable tensors of a GGUF with ggml codecs (one type for all,
+// or per tensor as llama-quantize's --tensor-type), or import a packed-affine safetensors file
+// into the ggml type that holds its values exactly.
 #include <fmt/format.h>
 
 #include <cstring>
@@ -20,7 +21,8 @@ namespace po = boost::program_options;
 int main(int argc, char** argv) {
   return gguf::cli::run_tool("gguf-requant", argc, argv, [&] {
     std::vector<std::string> inputs;
-    std::string out, type, imatrix_path, base_path;
+    std::string out, type, imatrix_path, base_path, output_type, embedding_type;
+    std::vector<std::string> tensor_types, role_types;
     bool json = false, force = false, no_verify = false, dry_run = false, exact = false;
     bool quiet = false;
     unsigned threads = 0;
@@ -31,7 +33,17 @@ int main(int argc, char** argv) {
     desc.add_options()("help,h", "show this help and exit")("version", "show the version and exit")(
         "output,o", po::value(&out), "output GGUF path (required unless --dry-run)")(
         "type", po::value(&type),
-        "target type, any case: q4_K, q8_0, f16, bf16, ... (required for a GGUF input)")(
+        "target type, any case: q4_K, q8_0, f16, bf16, ... (for a GGUF input: of every "
+        "selected tensor no per-tensor type decides; required unless one is given)")(
+        "tensor-type", po::value(&tensor_types)->composing(),
+        "PATTERN=TYPE: tensors whose name contains a match of the regex PATTERN get TYPE, as "
+        "llama-quantize's (repeatable: the first that matches decides; TYPE 'keep' copies)")(
+        "role-type", po::value(&role_types)->composing(),
+        "ROLE[,ROLE...]=TYPE: tensors of these roles get TYPE (repeatable, after --tensor-type; "
+        "e.g. routed-down=q2_K)")("output-tensor-type", po::value(&output_type),
+                                  "the output tensor's type (first of all rules)")(
+        "token-embedding-type", po::value(&embedding_type),
+        "the token embedding's type (first of all rules)")(
         "imatrix", po::value(&imatrix_path), "importance matrix (llama.cpp .dat or GGUF imatrix)")(
         "exact", po::bool_switch(&exact),
         "re-encode only where every value stays the same number (to f32; to f16/bf16 when "
@@ -59,7 +71,8 @@ int main(int argc, char** argv) {
     pos.add("input", -1);
     po::variables_map vm;
     if (gguf::cli::parse_command_line(argc, argv, "gguf-requant",
-                                      "IN.gguf -o OUT.gguf --type TYPE [OPTIONS]\n"
+                                      "IN.gguf -o OUT.gguf (--type TYPE | --tensor-type "
+                                      "PATTERN=TYPE ...) [OPTIONS]\n"
                                       "       gguf-requant IN.safetensors -o OUT.gguf [--type "
                                       "q4_1|q5_1|f32] [--base BASE.gguf] [OPTIONS]",
                                       desc, hidden, pos, vm))
@@ -105,6 +118,17 @@ int main(int argc, char** argv) {
     if (exact && !imatrix_path.empty())
       gguf::usage_error("--imatrix has no use with --exact: exact paths quantize nothing");
     const gguf::Selector selector = sel.parse();
+    // Per-tensor types, in the order they are tried: llama-quantize's output and token
+    // embedding overrides come first, then --tensor-type, then --role-type.
+    std::vector<gguf::TypeRule> rules;
+    if (!output_type.empty())
+      rules.push_back(
+          gguf::role_type_rule("--output-tensor-type", gguf::Role::kOutput, output_type));
+    if (!embedding_type.empty())
+      rules.push_back(
+          gguf::role_type_rule("--token-embedding-type", gguf::Role::kEmbedding, embedding_type));
+    for (const auto& v : tensor_types) rules.push_back(gguf::parse_tensor_type_rule(v));
+    for (const auto& v : role_types) rules.push_back(gguf::parse_role_type_rule(v));
     const auto source = gguf::open_file_source(in);
     // A file is what its first bytes say; the suffix decides only for one that looks like
     // neither (so that a damaged safetensors file gets the safetensors reader's message).
@@ -115,6 +139,11 @@ int main(int argc, char** argv) {
         gguf::usage_error("--imatrix: a packed-affine import re-encodes nothing, it moves values");
       if (sel.given())
         gguf::usage_error("--layers, --role and --match do not apply to a packed-affine import");
+      if (!rules.empty())
+        gguf::usage_error(
+            fmt::format("{} does not apply to a packed-affine import (its types "
+                        "come from the import's bits: --type q4_1, q5_1 or f32)",
+                        rules.front().option));
       const gguf::SafetensorsFile file = gguf::SafetensorsFile::parse(source);
       std::optional<gguf::Model> base;
       if (!base_path.empty()) base = gguf::Model::open(base_path);
@@ -136,14 +165,18 @@ int main(int argc, char** argv) {
                               : gguf::render_import_text(result, w, p));
       return 0;
     }
-    if (!t) gguf::usage_error("--type is required (the type to re-encode to)");
+    if (!t && rules.empty())
+      gguf::usage_error(
+          "--type is required (the type to re-encode to), or per-tensor types (--tensor-type, "
+          "--role-type, --output-tensor-type, --token-embedding-type)");
     if (!base_path.empty())
       gguf::usage_error("--base belongs to a packed-affine import (a .safetensors input)");
 
     const gguf::Model model = gguf::Model::open(in);
     std::optional<gguf::Imatrix> imatrix;
     if (!imatrix_path.empty()) imatrix = gguf::Imatrix::load(imatrix_path);
-    gguf::RequantOptions opt{*t, selector, imatrix ? &*imatrix : nullptr, threads, exact};
+    gguf::RequantOptions opt{t,       selector, imatrix ? &*imatrix : nullptr,
+                             threads, exact,    std::move(rules)};
     gguf::RequantResult result = gguf::requant(model, opt);
     if (!quiet)
       for (const auto& note : result.notes)

@@ -43,10 +43,12 @@ std::string unknown_type_message(std::string_view option, std::string_view name,
   for (const auto& [preset, type] : kPresets)
     if (lower == preset)
       return fmt::format(
-          "{}: '{}' is a llama-quantize preset (a mix of types), not a ggml type: use {} {}{}",
-          option, escape_for_terminal(name), option, type,
-          with_selectors ? " and choose which tensors get it with --role, --layers and --match, "
-                           "one run per type"
+          "{}: '{}' is a llama-quantize preset (a mix of types), not a ggml type: {}{}", option,
+          escape_for_terminal(name),
+          with_selectors ? fmt::format("it is built around {}", type)
+                         : fmt::format("use {} {}", option, type),
+          with_selectors ? "; make a mix with --type (for the rest) and per-tensor types "
+                           "(--tensor-type PATTERN=TYPE, --role-type ROLE=TYPE)"
                          : "");
   std::vector<std::string_view> names;
   for (GgmlType t : active_types())

@@ -3,8 +3,10 @@
 #include "gguf/requant.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cstring>
 #include <map>
 #include <memory>
@@ -14,6 +16,7 @@
 #include "gguf/codecs.h"
 #include "gguf/encode.h"
 #include "gguf/error.h"
+#include "gguf/escape.h"
 #include "gguf/exact.h"
 #include "gguf/fp16.h"
 #include "gguf/names.h"
@@ -118,13 +121,98 @@ bool is_quantizable(const TensorInfo& t, std::string_view arch) {
   return tn.role != Role::kNorm && tn.role != Role::kRouter;
 }
 
+namespace {
+
+// "PATTERN=TYPE" or "ROLES=TYPE" split at the last '=' (a regex may hold one, a type never).
+std::pair<std::string_view, std::string_view> split_rule(std::string_view option,
+                                                         std::string_view value,
+                                                         std::string_view what,
+                                                         std::string_view example) {
+  const size_t eq = value.rfind('=');
+  if (eq == std::string_view::npos || eq == 0 || eq + 1 == value.size())
+    usage_error(fmt::format("invalid {} value '{}': expected {}=TYPE, e.g. {}", option,
+                            escape_for_terminal(value), what, example));
+  return {value.substr(0, eq), value.substr(eq + 1)};
+}
+
+std::optional<GgmlType> rule_type(std::string_view option, std::string_view type) {
+  std::string lower(type);
+  for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  if (lower == "keep") return std::nullopt;
+  if (auto t = parse_type(type)) return t;
+  usage_error(unknown_type_message(option, type));
+}
+
+bool rule_matches(const TypeRule& rule, std::string_view name, const TensorName& tn) {
+  if (rule.regex) return regex_found(name, *rule.regex, rule.pattern, rule.option, true);
+  return std::find(rule.roles.begin(), rule.roles.end(), tn.role) != rule.roles.end();
+}
+
+std::string type_list(const std::vector<GgmlType>& types) {
+  std::vector<std::string_view> names;
+  for (GgmlType t : types) names.push_back(traits(t).name);
+  if (names.size() <= 1) return fmt::format("{}", fmt::join(names, ""));
+  return fmt::format("{} and {}", fmt::join(names.begin(), names.end() - 1, ", "), names.back());
+}
+
+std::string role_list(const std::vector<Role>& roles) {
+  std::vector<std::string_view> names;
+  for (Role r : roles) names.push_back(role_name(r));
+  return fmt::format("{}", fmt::join(names, " or "));
+}
+
+}  // namespace
+
+std::string TypeRule::describe() const {
+  return fmt::format("{} '{}'", option, escape_for_terminal(value));
+}
+
+TypeRule parse_tensor_type_rule(std::string_view value) {
+  constexpr std::string_view kOption = "--tensor-type";
+  const auto [pattern, type] = split_rule(kOption, value, "PATTERN", "ffn_down_exps=q2_K");
+  TypeRule r;
+  r.option = kOption;
+  r.value = value;
+  r.pattern = pattern;
+  r.regex = compile_regex(r.pattern, kOption);
+  r.type = rule_type(kOption, type);
+  return r;
+}
+
+TypeRule parse_role_type_rule(std::string_view value) {
+  constexpr std::string_view kOption = "--role-type";
+  const auto [roles, type] = split_rule(kOption, value, "ROLE[,ROLE...]", "routed-down=q2_K");
+  TypeRule r;
+  r.option = kOption;
+  r.value = value;
+  r.roles = parse_selector({}, {std::string(roles)}, {}).roles;
+  r.type = rule_type(kOption, type);
+  return r;
+}
+
+TypeRule role_type_rule(std::string_view option, Role role, std::string_view type) {
+  TypeRule r;
+  r.option = option;
+  r.value = type;
+  r.roles = {role};
+  r.type = rule_type(option, type);
+  return r;
+}
+
 RequantResult requant(const Model& model, const RequantOptions& o) {
   RequantResult r;
   r.exact = o.exact;
   const std::string arch = model.architecture();
-  const TypeTraits& target = traits(o.type);
-  if (!can_encode(o.type))
-    usage_error(fmt::format("--type {}: no encoder for this type yet", target.name));
+  if (!o.type && o.rules.empty())
+    usage_error(
+        "--type is required (the type to re-encode to), or a per-tensor type such as "
+        "--tensor-type PATTERN=TYPE");
+  if (o.type && !can_encode(*o.type))
+    usage_error(fmt::format("--type {}: no encoder for this type yet", traits(*o.type).name));
+  for (const TypeRule& rule : o.rules)
+    if (rule.type && !can_encode(*rule.type))
+      usage_error(
+          fmt::format("{}: no encoder for {} yet", rule.describe(), traits(*rule.type).name));
   if (o.exact && o.imatrix)
     usage_error("--imatrix has no use with --exact: exact paths quantize nothing");
   std::vector<bool> selected(model.tensors().size(), false);
@@ -136,8 +224,22 @@ RequantResult requant(const Model& model, const RequantOptions& o) {
     if (!kv.key.starts_with("split.")) r.plan.metadata.append(kv);
   if (auto note = raise_small_alignment(r.plan.metadata)) r.notes.push_back(std::move(*note));
   if (auto note = overlap_warning(model)) r.notes.push_back(std::move(*note));
-  bool energy_note = false, lossy_note = false;
+  bool lossy_note = false;
+  std::vector<GgmlType> energy_types, encoded_types;
+  const auto add_type = [](std::vector<GgmlType>& v, GgmlType t) {
+    if (std::find(v.begin(), v.end(), t) == v.end()) v.push_back(t);
+  };
   size_t n_selected = 0, n_quantizable = 0, n_encoded = 0;
+  // Per rule: the tensors it decides; a never-re-encoded tensor it matches; for a quantizable
+  // tensor it matches that an earlier rule decides, that rule.
+  struct RuleUse {
+    size_t decided = 0;
+    const TensorInfo* never = nullptr;
+    const TypeRule* earlier = nullptr;
+  };
+  std::vector<RuleUse> uses(o.rules.size());
+  const bool has_regex_rule =
+      std::any_of(o.rules.begin(), o.rules.end(), [](const TypeRule& rule) { return rule.regex; });
   for (size_t i = 0; i < model.tensors().size(); ++i) {
     const TensorRef& t = model.tensors()[i];
     const TensorInfo& info = *t.info;
@@ -150,26 +252,55 @@ RequantResult requant(const Model& model, const RequantOptions& o) {
     PlanTensor pt{info.name, info.type_id, info.shape, row.bytes_before,
                   FileRange{t.file->source_ptr(), t.data_start()}};
     const bool quantizable = selected[i] && is_quantizable(info, arch);
-    const bool encode = quantizable && info.type_id != target.id;
+    // The target: the first rule that matches, else --type; nullopt copies the tensor.
+    std::optional<GgmlType> want = o.type;
+    const TypeRule* decided_by = nullptr;
+    if (selected[i] && !o.rules.empty()) {
+      if (has_regex_rule && info.name.size() > kMaxMatchedNameBytes)
+        throw Error(t.file->path(), tensor_object(info.name), info.type_offset(),
+                    fmt::format("name of {} bytes is too long to match against --tensor-type "
+                                "(limit {} bytes)",
+                                info.name.size(), kMaxMatchedNameBytes));
+      const TensorName tn = classify_tensor(info.name, arch, static_cast<int>(info.shape.size()));
+      for (size_t k = 0; k < o.rules.size(); ++k) {
+        if (!rule_matches(o.rules[k], info.name, tn)) continue;
+        if (!quantizable) {
+          if (!uses[k].never) uses[k].never = &info;
+        } else if (decided_by) {
+          if (!uses[k].earlier) uses[k].earlier = decided_by;
+        } else {
+          decided_by = &o.rules[k];
+          ++uses[k].decided;
+          want = o.rules[k].type;
+        }
+      }
+    }
+    if (decided_by) row.rule = decided_by->describe();
+    const bool encode = quantizable && want && info.type_id != traits(*want).id;
     n_selected += selected[i];
     n_quantizable += quantizable;
     n_encoded += encode;
     if (!encode) {
       row.action = "copy";
     } else {
+      const GgmlType to_type = *want;
+      const TypeTraits& target = traits(to_type);
+      // Names the rule in messages about the tensor's target.
+      const std::string from_rule =
+          decided_by ? fmt::format(" (the type {} gives it)", decided_by->describe()) : "";
       const auto src_type = static_cast<GgmlType>(info.type_id);
       if (!can_decode(src_type))
         throw Error(t.file->path(), tensor_object(info.name), info.type_offset(),
                     fmt::format("no decoder for its type {}", type_name(info.type_id)));
       const int64_t n_per_row = info.shape[0];
-      const auto rb = row_bytes(o.type, static_cast<uint64_t>(n_per_row));
+      const auto rb = row_bytes(to_type, static_cast<uint64_t>(n_per_row));
       if (!rb)
         throw Error(t.file->path(), tensor_object(info.name), info.dims_offset() + 4,  // ne0
                     fmt::format("row length {} is not a multiple of the {} block size {}",
                                 n_per_row, target.name, target.block_size));
       const int64_t nrows = static_cast<int64_t>(info.n_elements) / std::max<int64_t>(1, n_per_row);
       RowEncoder e;
-      e.type = o.type;
+      e.type = to_type;
       e.n_per_row = n_per_row;
       e.nrows = nrows;
       e.rows_per_matrix = info.shape[1];
@@ -184,7 +315,7 @@ RequantResult requant(const Model& model, const RequantOptions& o) {
       };
       const int64_t n_mat = nrows / std::max<int64_t>(1, info.shape[1]);
       std::string why;
-      const ExactPath exact = o.exact ? exact_path(src_type, o.type, why) : ExactPath::kNone;
+      const ExactPath exact = o.exact ? exact_path(src_type, to_type, why) : ExactPath::kNone;
       if (o.exact && exact == ExactPath::kNone)
         throw Error(t.file->path(), tensor_object(info.name), info.type_offset(),
                     why +
@@ -195,7 +326,7 @@ RequantResult requant(const Model& model, const RequantOptions& o) {
         const uint64_t src_rb = e.source_row_bytes, dst_rb = *rb;
         const std::string path = t.file->path(), name = info.name;
         const uint64_t src_block = traits(src_type).type_size;
-        const GgmlType to = o.type;
+        const GgmlType to = to_type;
         pt.source = make_row_producer(
             dst_rb, nrows, name,
             [ref = t, src_type, to, src_rb, dst_rb, path, name, src_block, n_per_row](
@@ -217,7 +348,7 @@ RequantResult requant(const Model& model, const RequantOptions& o) {
               ref.file->source().release(ref.data_start() + f * src_rb, c * src_rb);
             });
       }
-      if (uses_importance(o.type) && !o.exact) {
+      if (uses_importance(to_type) && !o.exact) {
         const bool have = o.imatrix && o.imatrix->find(info.name);
         if (have) {
           // Validate the entry's length now so the error names the tensor before writing.
@@ -228,29 +359,56 @@ RequantResult requant(const Model& model, const RequantOptions& o) {
             return im->weights(name, n_per_row, n_mat, mat);
           };
           row.importance = ImportanceSource::kImatrix;
-        } else if (requires_importance(o.type)) {
+        } else if (requires_importance(to_type)) {
           auto cache = std::make_shared<EnergyCache>(t, n_per_row, info.shape[1]);
           e.importance = [cache](int64_t mat) { return cache->get(mat); };
           row.importance = ImportanceSource::kColumnEnergy;
-          energy_note = true;
+          add_type(energy_types, to_type);
         }
       }
       row.type_after = target.id;
       row.bytes_after = *rb * static_cast<uint64_t>(nrows);
-      row.action = (o.type == GgmlType::F32 || o.type == GgmlType::F16 || o.type == GgmlType::BF16)
-                       ? "decode"
-                       : "encode";
+      row.action =
+          (to_type == GgmlType::F32 || to_type == GgmlType::F16 || to_type == GgmlType::BF16)
+              ? "decode"
+              : "encode";
       // Decoding to f32 is exact (but for f64 sources), and so is what --exact proves; any
       // other target may round, and rounds again what a quantized source had rounded already.
-      row.lossy = (o.type != GgmlType::F32 || src_type == GgmlType::F64) && !o.exact;
+      row.lossy = (to_type != GgmlType::F32 || src_type == GgmlType::F64) && !o.exact;
       row.requantized = row.lossy && traits(src_type).quantized;
       lossy_note |= row.requantized;
+      add_type(encoded_types, to_type);
       pt.type_id = target.id;
       pt.bytes = row.bytes_after;
       if (exact != ExactPath::kTranscode) pt.source = make_encoding_producer(std::move(e));
     }
     r.plan.tensors.push_back(std::move(pt));
     r.rows.push_back(std::move(row));
+  }
+  // A rule that decides nothing is a mistake in the command line (a misspelt name, a role the
+  // architecture does not have, a rule hidden behind an earlier one): say which.
+  for (size_t k = 0; k < o.rules.size(); ++k) {
+    if (uses[k].decided) continue;
+    const TypeRule& rule = o.rules[k];
+    std::string why;
+    if (uses[k].earlier)
+      why = fmt::format(
+          "every tensor it matches that can be re-encoded is given its type by an "
+          "earlier rule, {} (the first rule that matches decides)",
+          uses[k].earlier->describe());
+    else if (uses[k].never)
+      why = fmt::format(
+          "it matches only tensors that are never re-encoded, such as '{}' (1-D "
+          "tensors, biases, norms, the router, integer tensors and the small weights "
+          "llama-quantize keeps)",
+          escape_for_terminal(uses[k].never->name));
+    else
+      why = fmt::format("no {} {}", o.selector.empty() ? "tensor" : "selected tensor",
+                        rule.regex ? fmt::format("has a name containing a match for '{}'",
+                                                 escape_for_terminal(rule.pattern))
+                                   : fmt::format("has role {}", role_list(rule.roles)));
+    throw Error(model.path(), {}, std::nullopt,
+                fmt::format("{} decides no tensor's type: {}", rule.describe(), why));
   }
   // Writing a copy of the input is never what was asked for (e.g. --role norm, or a file
   // already at the type): say so instead.
@@ -259,6 +417,12 @@ RequantResult requant(const Model& model, const RequantOptions& o) {
       return n == 1 ? std::string("the selected tensor")
                     : fmt::format("the {} selected tensors", n);
     };
+    std::string at;
+    if (o.rules.empty())
+      at = fmt::format("already {}", traits(*o.type).name);
+    else
+      at = n_quantizable == 1 ? "already at the type asked for, or kept"
+                              : "already at the types asked for, or kept";
     throw Error(
         model.path(), {}, std::nullopt,
         n_quantizable == 0
@@ -266,21 +430,22 @@ RequantResult requant(const Model& model, const RequantOptions& o) {
                           "biases, norms, the router, integer tensors and the small weights "
                           "llama-quantize keeps are always copied)",
                           the(n_selected), n_selected == 1 ? "is" : "are")
-            : fmt::format("nothing to re-encode: {} that can be re-encoded {} already {}",
-                          the(n_quantizable), n_quantizable == 1 ? "is" : "are", target.name));
+            : fmt::format("nothing to re-encode: {} that can be re-encoded {} {}",
+                          the(n_quantizable), n_quantizable == 1 ? "is" : "are", at));
   }
-  if (energy_note)
+  if (!energy_types.empty())
     r.notes.push_back(
-        fmt::format("{} needs an importance matrix and none was given for some tensors: using each "
+        fmt::format("{} {} an importance matrix and none was given for some tensors: using each "
                     "matrix's column energy (sum of squared weights) instead",
-                    target.name));
+                    type_list(energy_types), energy_types.size() == 1 ? "needs" : "need"));
   if (lossy_note)
     r.notes.push_back("some tensors were already quantized: re-encoding them adds error");
-  if (is_activation_only(o.type))
-    r.notes.push_back(fmt::format(
-        "{} is a type ggml uses only for activations: llama.cpp loads this file but crashes "
-        "computing with its {} tensors",
-        target.name, target.name));
+  for (GgmlType t : encoded_types)
+    if (is_activation_only(t))
+      r.notes.push_back(fmt::format(
+          "{} is a type ggml uses only for activations: llama.cpp loads this file but crashes "
+          "computing with its {} tensors",
+          traits(t).name, traits(t).name));
   // Truthful metadata: the file type of what holds most weights, and the quantization keys.
   set_file_type_keys(r.plan);
   // The quantize.imatrix.* keys say which matrix the file's tensors were encoded with: set only
@@ -288,12 +453,16 @@ RequantResult requant(const Model& model, const RequantOptions& o) {
   const bool imatrix_used = std::any_of(r.rows.begin(), r.rows.end(), [](const RequantRow& row) {
     return row.importance == ImportanceSource::kImatrix;
   });
+  std::vector<GgmlType> weighted;
+  for (GgmlType t : encoded_types)
+    if (uses_importance(t)) weighted.push_back(t);
   if (o.imatrix && !imatrix_used)
     r.notes.push_back(fmt::format(
         "the importance matrix was not used ({}): the quantize.imatrix.* keys are left as they "
         "were",
-        uses_importance(o.type) ? "it has no entry for any re-encoded tensor"
-                                : fmt::format("{} takes no importance weights", target.name)));
+        !weighted.empty() ? "it has no entry for any re-encoded tensor"
+                          : fmt::format("{} {} no importance weights", type_list(encoded_types),
+                                        encoded_types.size() == 1 ? "takes" : "take")));
   if (imatrix_used) {
     for (const char* k : {"quantize.imatrix.file", "quantize.imatrix.dataset",
                           "quantize.imatrix.entries_count", "quantize.imatrix.chunks_count"})

@@ -66,18 +66,20 @@ std::string render_requant_json(const RequantResult& r, const WriteResult* writt
   json doc;
   doc["tensors"] = json::array();
   for (const auto& row : r.rows)
-    doc["tensors"].push_back({{"name", utf8_or_escaped(row.name)},
-                              {"source", utf8_or_escaped(row.source)},
-                              {"type_before", type_name(row.type_before)},
-                              {"type_after", type_name(row.type_after)},
-                              {"bytes_before", row.bytes_before},
-                              {"bytes_after", row.bytes_after},
-                              {"action", row.action},
-                              {"lossy", row.lossy},
-                              {"requantized", row.requantized},
-                              {"importance", row.importance == ImportanceSource::kNone
-                                                 ? json(nullptr)
-                                                 : json(importance_name(row.importance))}});
+    doc["tensors"].push_back(
+        {{"name", utf8_or_escaped(row.name)},
+         {"source", utf8_or_escaped(row.source)},
+         {"type_before", type_name(row.type_before)},
+         {"type_after", type_name(row.type_after)},
+         {"bytes_before", row.bytes_before},
+         {"bytes_after", row.bytes_after},
+         {"action", row.action},
+         {"lossy", row.lossy},
+         {"requantized", row.requantized},
+         {"importance", row.importance == ImportanceSource::kNone
+                            ? json(nullptr)
+                            : json(importance_name(row.importance))},
+         {"rule", row.rule.empty() ? json(nullptr) : json(message_for_json(row.rule))}});
   detail::add_written_json(doc, r.bytes_before, r.bytes_after, written);
   doc["exact"] = exact ? json{{"tensors", exact->tensors},
                               {"values", exact->values},

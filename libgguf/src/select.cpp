@@ -175,8 +175,10 @@ std::string_view regex_problem(std::regex_constants::error_type code) {
   }
 }
 
-std::regex compile_pattern(const std::string& pattern) {
-  if (pattern.empty()) usage_error("invalid --match regex '': empty pattern");
+}  // namespace
+
+std::regex compile_regex(const std::string& pattern, std::string_view option) {
+  if (pattern.empty()) usage_error(fmt::format("invalid {} regex '': empty pattern", option));
   // Polynomial (automaton) matching where the library offers it: a pattern run against
   // untrusted names must not backtrack exponentially.
   auto flags = std::regex::ECMAScript | std::regex::nosubs;
@@ -186,21 +188,28 @@ std::regex compile_pattern(const std::string& pattern) {
   try {
     return std::regex(pattern, flags);
   } catch (const std::regex_error& e) {
-    usage_error(fmt::format("invalid --match regex '{}': {}", escape_for_terminal(pattern),
+    usage_error(fmt::format("invalid {} regex '{}': {}", option, escape_for_terminal(pattern),
                             regex_problem(e.code())));
   }
 }
 
+bool regex_found(std::string_view name, const std::regex& rx, std::string_view pattern,
+                 std::string_view option, bool search) {
+  try {
+    return search ? std::regex_search(name.begin(), name.end(), rx)
+                  : std::regex_match(name.begin(), name.end(), rx);
+  } catch (const std::regex_error& e) {
+    usage_error(fmt::format("{} regex '{}' failed on a tensor name: {}", option,
+                            escape_for_terminal(pattern), regex_problem(e.code())));
+  }
+}
+
+namespace {
+
 bool any_regex_match(std::string_view name, const std::vector<std::regex>& rx,
                      const std::vector<std::string>& patterns) {
-  for (size_t i = 0; i < rx.size(); ++i) {
-    try {
-      if (std::regex_match(name.begin(), name.end(), rx[i])) return true;
-    } catch (const std::regex_error& e) {
-      usage_error(fmt::format("--match regex '{}' failed on a tensor name: {}",
-                              escape_for_terminal(patterns[i]), regex_problem(e.code())));
-    }
-  }
+  for (size_t i = 0; i < rx.size(); ++i)
+    if (regex_found(name, rx[i], patterns[i], "--match", false)) return true;
   return false;
 }
 
@@ -223,7 +232,7 @@ bool Selector::empty() const { return layers.empty() && roles.empty() && pattern
 void Selector::compile() {
   compiled.clear();
   compiled.reserve(patterns.size());
-  for (const std::string& p : patterns) compiled.push_back(compile_pattern(p));
+  for (const std::string& p : patterns) compiled.push_back(compile_regex(p, "--match"));
 }
 
 bool Selector::matches(std::string_view name, const TensorName& tn) const {

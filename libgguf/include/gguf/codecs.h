@@ -23,7 +23,7 @@ bool uses_importance(GgmlType t);
 // The usage message for `option`'s value `name` that is no ggml type. A llama-quantize preset
 // (Q4_K_M, Q3_K_L, IQ2_M, ...) is a mix of types: the message names the type it is built
 // around and how to make a mix; anything else gets the list of types we can write.
-// Tools without selectors (with_selectors false) name only the type.
+// Without with_selectors (a tool that has no per-tensor types) it names only the type.
 std::string unknown_type_message(std::string_view option, std::string_view name,
                                  bool with_selectors = true);
 

@@ -1,14 +1,17 @@
-// gguf-requant as a function: a plan that re-encodes the quantizable tensors of a model to one
-// ggml type (streamed, chunked, multi-threaded) and copies every other tensor byte for byte.
+// gguf-requant as a function: a plan that re-encodes the quantizable tensors of a model, each to
+// the ggml type its rules give it (streamed, chunked, multi-threaded), and copies every other
+// tensor byte for byte.
 #pragma once
 
 #include <cstdint>
 #include <optional>
+#include <regex>
 #include <string>
 #include <vector>
 
 #include "gguf/imatrix.h"
 #include "gguf/model.h"
+#include "gguf/names.h"
 #include "gguf/plan.h"
 #include "gguf/select.h"
 #include "gguf/types.h"
@@ -16,13 +19,41 @@
 
 namespace gguf {
 
+// A per-tensor type, as llama-quantize's --tensor-type, --output-tensor-type and
+// --token-embedding-type give them: the tensors it matches get `type`.
+struct TypeRule {
+  std::string option;  // the option it came from, e.g. "--tensor-type", for messages
+  std::string value;   // what was given, e.g. "ffn_down_exps=q2_K"
+  // Either a regex searched anywhere in the tensor's name (llama-quantize's rule), or roles.
+  std::string pattern;
+  std::optional<std::regex> regex;
+  std::vector<Role> roles;
+  std::optional<GgmlType> type;  // nullopt: "keep", copy the tensor as it is
+
+  // "--tensor-type 'ffn_down_exps=q2_K'", for messages.
+  std::string describe() const;
+};
+
+// "PATTERN=TYPE" (split at the last '='; TYPE any case, or "keep"): the tensors whose name
+// contains a match of PATTERN. Usage error on bad syntax, an invalid regex or an unknown type.
+TypeRule parse_tensor_type_rule(std::string_view value);
+// "ROLE[,ROLE...]=TYPE" (roles as --role takes them, "routed" included): tensors of these roles.
+TypeRule parse_role_type_rule(std::string_view value);
+// --output-tensor-type TYPE / --token-embedding-type TYPE: the tensors of role `role`.
+TypeRule role_type_rule(std::string_view option, Role role, std::string_view type);
+
 struct RequantOptions {
-  GgmlType type = GgmlType::Q8_0;
+  // The type of every selected quantizable tensor that no rule decides; nullopt: such tensors
+  // are copied as they are (then `rules` must not be empty).
+  std::optional<GgmlType> type = GgmlType::Q8_0;
   Selector selector;                 // restricts which tensors are re-encoded (others copied)
   const Imatrix* imatrix = nullptr;  // importance weights; nullptr = none
   unsigned threads = 1;
   // Re-encode only along exact paths (gguf/exact.h); a tensor that has none is an error.
   bool exact = false;
+  // Per-tensor types, tried in order on each selected quantizable tensor: the first that
+  // matches decides its type, ahead of `type`. A rule that decides no tensor is an error.
+  std::vector<TypeRule> rules = {};
 };
 
 // How a tensor's importance weights were obtained.
@@ -37,6 +68,7 @@ struct RequantRow {
   bool lossy = false;        // values may change: any target but f32, unless --exact proves them
   bool requantized = false;  // lossy, and the source was already quantized (error adds up)
   ImportanceSource importance = ImportanceSource::kNone;
+  std::string rule;  // the rule that gave the tensor its type (TypeRule::describe()), or empty
 };
 
 struct RequantResult {
@@ -55,9 +87,10 @@ struct RequantResult {
 // needs it selected.
 bool is_quantizable(const TensorInfo& t, std::string_view arch);
 
-// Builds the plan. Throws gguf::Error for a tensor whose row length does not fit the target
+// Builds the plan. Throws gguf::Error for a tensor whose row length does not fit its target's
 // block size (naming it; there is no silent fallback type), a source type that cannot be
-// decoded, or a target type without an encoder.
+// decoded, a rule that decides no tensor, or nothing to re-encode; a usage error for a target
+// type without an encoder.
 RequantResult requant(const Model& model, const RequantOptions& options);
 
 struct ExactProof;

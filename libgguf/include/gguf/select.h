@@ -35,6 +35,14 @@ struct Selector {
   std::string describe() const;
 };
 
+// Compiles an ECMAScript pattern (polynomial matching where the library offers it, since it
+// runs on names from untrusted files); a usage error names `option` ("--match") and the problem.
+std::regex compile_regex(const std::string& pattern, std::string_view option);
+// Whether rx matches all of name (or, with `search`, some part of it); a usage error names
+// `option` and `pattern` when the regex engine gives up on the name.
+bool regex_found(std::string_view name, const std::regex& rx, std::string_view pattern,
+                 std::string_view option, bool search);
+
 // Parses "37-42,0-2,5" into sorted, merged inclusive ranges; usage error on bad syntax, a
 // reversed range, a negative number or a layer above kMaxLayer.
 std::vector<std::pair<int, int>> parse_layers(std::string_view spec);
