@@ -128,7 +128,8 @@ TEST(LlamaE2E, RequantOutputsRunAndStayClose) {
 
 // The reference recipe on the MoE: routed gate/up at iq2_xxs (importance from the weights'
 // column energy, as no imatrix is given), routed down at q2_K, everything else at q8_0, by
-// three gguf-requant runs; llama.cpp runs the result, and it is still the same network.
+// three gguf-requant runs and by one with per-tensor types; llama.cpp runs the result, and it
+// is still the same network.
 TEST(LlamaE2E, Ds4RecipeRuns) {
   GGUF_REQUIRE_LLAMA();
   TempDir dir;
@@ -151,6 +152,15 @@ TEST(LlamaE2E, Ds4RecipeRuns) {
   const double cos = cosine(r.logits, ref.logits);
   EXPECT_GT(cos, 0.8) << "measured 0.936 on this random network";
   EXPECT_LT(cos, 0.99);
+  // The same recipe in one run, spelt as for llama-quantize: the same file, the same logits.
+  const auto one =
+      run_cli("gguf-requant", {dir.file("f32.gguf"), "-o", dir.file("one.gguf"), "--tensor-type",
+                               "ffn_(gate|up)_exps=IQ2_XXS", "--tensor-type", "ffn_down_exps=q2_k",
+                               "--tensor-type", "attn_(q|k|v|output)=q8_0",
+                               "--token-embedding-type", "q8_0", "--output-tensor-type", "q8_0"});
+  ASSERT_EQ(one.code, 0) << one.err;
+  EXPECT_EQ(run_cli("gguf-diff", {dir.file("ds4.gguf"), dir.file("one.gguf")}).code, 0);
+  EXPECT_EQ(run_model(dir.file("one.gguf")).logits, r.logits);
 }
 
 // The recipe's splice: routed experts of the last layer taken byte for byte from a q8_0 donor

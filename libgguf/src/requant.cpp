@@ -296,8 +296,8 @@ RequantResult requant(const Model& model, const RequantOptions& o) {
       const auto rb = row_bytes(to_type, static_cast<uint64_t>(n_per_row));
       if (!rb)
         throw Error(t.file->path(), tensor_object(info.name), info.dims_offset() + 4,  // ne0
-                    fmt::format("row length {} is not a multiple of the {} block size {}",
-                                n_per_row, target.name, target.block_size));
+                    fmt::format("row length {} is not a multiple of the {} block size {}{}",
+                                n_per_row, target.name, target.block_size, from_rule));
       const int64_t nrows = static_cast<int64_t>(info.n_elements) / std::max<int64_t>(1, n_per_row);
       RowEncoder e;
       e.type = to_type;

@@ -30,7 +30,7 @@ struct TypeRule {
   std::vector<Role> roles;
   std::optional<GgmlType> type;  // nullopt: "keep", copy the tensor as it is
 
-  // "--tensor-type 'ffn_down_exps=q2_K'", for messages.
+  // "--tensor-type 'ffn_down_exps=q2_K'", for messages (the value escaped for a terminal).
   std::string describe() const;
 };
 
@@ -68,7 +68,7 @@ struct RequantRow {
   bool lossy = false;        // values may change: any target but f32, unless --exact proves them
   bool requantized = false;  // lossy, and the source was already quantized (error adds up)
   ImportanceSource importance = ImportanceSource::kNone;
-  std::string rule;  // the rule that gave the tensor its type (TypeRule::describe()), or empty
+  std::string rule;  // the rule that gave the tensor its type (TypeRule::describe()) or empty
 };
 
 struct RequantResult {

@@ -1,0 +1,313 @@
+// gguf-requant's per-tensor types: --tensor-type PATTERN=TYPE (llama-quantize's), --role-type
+// ROLES=TYPE, --output-tensor-type and --token-embedding-type; the first rule that matches a
+// tensor decides its type, --type covers the rest.
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <regex>
+
+#include "cli_run.h"
+#include "gguf/error.h"
+#include "gguf/names.h"
+#include "gguf/requant.h"
+#include "gguf/synth.h"
+#include "gguf/writer.h"
+
+namespace gguf {
+namespace {
+
+using testing::run_cli;
+using testing::TempDir;
+
+// 3 layers (layer 0 dense), 4 experts, shared experts, MLA attention; every tensor f16.
+std::string write_f16_model(const TempDir& dir, const std::string& name = "in.gguf") {
+  MoeSpec s;
+  s.n_layers = 3;
+  s.n_experts = 4;
+  s.vocab = 256;
+  return write_plan(synth_moe_plan(uniform_types(s, GgmlType::F16)), dir.file(name), {})
+      .paths.front();
+}
+
+std::string read_file(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  return {std::istreambuf_iterator<char>(f), {}};
+}
+
+std::string error_of(const std::function<void()>& fn) {
+  try {
+    fn();
+  } catch (const Error& e) {
+    return std::string(e.what());
+  }
+  return "no error";
+}
+
+TEST(requant_rules, the_first_matching_rule_decides_and_type_covers_the_rest) {
+  TempDir dir;
+  const Model in = Model::open(write_f16_model(dir));
+  RequantOptions o;
+  o.type = GgmlType::Q8_0;
+  o.rules = {parse_tensor_type_rule("blk\\.1\\.ffn_(gate|up)_exps=q4_K"),
+             parse_tensor_type_rule("_exps=Q4_0"), parse_role_type_rule("attn-proj=keep"),
+             parse_role_type_rule("routed-down,shared=q5_0")};
+  const RequantResult r = requant(in, o);
+  ASSERT_EQ(r.rows.size(), in.tensors().size());
+  size_t kept = 0, shared = 0, first = 0;
+  for (size_t i = 0; i < r.rows.size(); ++i) {
+    const RequantRow& row = r.rows[i];
+    const TensorInfo& info = *in.tensors()[i].info;
+    SCOPED_TRACE(row.name);
+    const Role role = classify_tensor(info.name, "deepseek2", 0).role;
+    // The expectation, rule by rule as documented.
+    const std::string before = type_name(info.type_id);
+    std::string type = "q8_0", rule;
+    if (!is_quantizable(info, in.architecture())) {
+      type = before;
+    } else if (std::regex_search(row.name, std::regex("blk\\.1\\.ffn_(gate|up)_exps"))) {
+      type = "q4_K", rule = "--tensor-type 'blk\\\\.1\\\\.ffn_(gate|up)_exps=q4_K'", ++first;
+    } else if (row.name.find("_exps") != std::string::npos) {
+      type = "q4_0", rule = "--tensor-type '_exps=Q4_0'";
+    } else if (role == Role::kAttnProj) {
+      type = "f16", rule = "--role-type 'attn-proj=keep'", ++kept;
+    } else if (role == Role::kShared) {
+      type = "q5_0", rule = "--role-type 'routed-down,shared=q5_0'", ++shared;
+    }
+    EXPECT_EQ(type_name(row.type_after), type);
+    EXPECT_EQ(row.rule, rule);
+    EXPECT_EQ(row.action, type == before ? "copy" : "encode");
+    EXPECT_EQ(r.plan.tensors[i].type_id, row.type_after);
+  }
+  EXPECT_EQ(first, 2u);  // (a backslash is doubled in messages, as in every escaped string)
+  EXPECT_GT(kept, 0u);
+  EXPECT_GT(shared, 0u);
+}
+
+// Without --type, a tensor no rule matches is copied; llama-quantize's two overrides come
+// before every other rule.
+TEST(requant_rules, output_and_embedding_types_come_before_every_rule) {
+  TempDir dir;
+  const Model in = Model::open(write_f16_model(dir));
+  RequantOptions o;
+  o.type = std::nullopt;
+  o.rules = {role_type_rule("--output-tensor-type", Role::kOutput, "q6_K"),
+             role_type_rule("--token-embedding-type", Role::kEmbedding, "q4_0"),
+             parse_tensor_type_rule("blk\\.2\\.=iq4_nl")};
+  const RequantResult r = requant(in, o);
+  std::map<std::string, std::string> after;
+  for (const auto& row : r.rows) after[row.name] = type_name(row.type_after);
+  EXPECT_EQ(after["output.weight"], "q6_K");
+  EXPECT_EQ(after["token_embd.weight"], "q4_0");
+  EXPECT_EQ(after["blk.2.ffn_up_exps.weight"], "iq4_nl");
+  EXPECT_EQ(after["blk.2.attn_norm.weight"], "f32");    // never re-encoded
+  EXPECT_EQ(after["blk.1.ffn_up_exps.weight"], "f16");  // no rule, no --type: copied
+  for (const auto& row : r.rows) {
+    if (row.name == "output.weight") {
+      EXPECT_EQ(row.rule, "--output-tensor-type 'q6_K'");
+    }
+  }
+}
+
+// The recipe in one run writes the same file, byte for byte, as the three runs it replaces.
+TEST(requant_rules, one_pass_writes_what_the_steps_write) {
+  TempDir dir;
+  const std::string in = write_f16_model(dir);
+  const auto step = [&](const std::string& from, const std::string& to, GgmlType type,
+                        std::vector<std::string> roles) {
+    const Model m = Model::open(from);
+    write_plan(requant(m, {type, parse_selector({}, roles, {}), nullptr, 2}).plan, to, {});
+  };
+  step(in, dir.file("a.gguf"), GgmlType::IQ2_XXS, {"routed-gate", "routed-up"});
+  step(dir.file("a.gguf"), dir.file("b.gguf"), GgmlType::Q2_K, {"routed-down"});
+  step(dir.file("b.gguf"), dir.file("steps.gguf"), GgmlType::Q8_0,
+       {"attn-proj", "shared", "output", "dense-ffn"});
+  const auto cli =
+      run_cli("gguf-requant", {in, "-o", dir.file("one.gguf"), "--tensor-type",
+                               "ffn_(gate|up)_exps=iq2_xxs", "--tensor-type", "ffn_down_exps=q2_K",
+                               "--role-type", "attn-proj,shared,output,dense-ffn=q8_0", "-j", "2"});
+  ASSERT_EQ(cli.code, 0) << cli.err;
+  EXPECT_NE(cli.err.find("iq2_xxs needs an importance matrix"), std::string::npos) << cli.err;
+  const std::string one = read_file(dir.file("one.gguf")),
+                    steps = read_file(dir.file("steps.gguf"));
+  EXPECT_GT(one.size(), 0u);
+  EXPECT_TRUE(one == steps) << "the one-pass file differs from the three runs' file";
+}
+
+TEST(requant_rules, a_rule_that_decides_no_tensor_is_an_error) {
+  TempDir dir;
+  const std::string path = write_f16_model(dir);
+  const Model in = Model::open(path);
+  const auto message = [&](std::vector<TypeRule> rules, Selector sel = {}) {
+    return error_of([&] {
+      RequantOptions o;
+      o.selector = std::move(sel);
+      o.rules = std::move(rules);
+      requant(in, o);
+    });
+  };
+  EXPECT_EQ(message({parse_tensor_type_rule("ffn_dwn_exps=q2_K")}),
+            path +
+                ": --tensor-type 'ffn_dwn_exps=q2_K' decides no tensor's type: no tensor has "
+                "a name containing a match for 'ffn_dwn_exps'");
+  EXPECT_EQ(message({parse_tensor_type_rule("exps=q4_0")}, parse_selector({"0"}, {}, {})),
+            path +
+                ": --tensor-type 'exps=q4_0' decides no tensor's type: no selected tensor has "
+                "a name containing a match for 'exps'");
+  EXPECT_EQ(message({parse_tensor_type_rule("_norm=q8_0")}),
+            path +
+                ": --tensor-type '_norm=q8_0' decides no tensor's type: it matches only tensors "
+                "that are never re-encoded, such as 'blk.0.attn_norm.weight' (1-D tensors, "
+                "biases, norms, the router, integer tensors and the small weights "
+                "llama-quantize keeps)");
+  EXPECT_EQ(
+      message({parse_tensor_type_rule("exps=q4_K"), parse_role_type_rule("routed-down=q2_K")}),
+      path +
+          ": --role-type 'routed-down=q2_K' decides no tensor's type: every tensor it "
+          "matches that can be re-encoded is given its type by an earlier rule, "
+          "--tensor-type 'exps=q4_K' (the first rule that matches decides)");
+  EXPECT_EQ(
+      message({parse_role_type_rule("dense-ffn,output=q8_0")}, parse_selector({"1-2"}, {}, {})),
+      path +
+          ": --role-type 'dense-ffn,output=q8_0' decides no tensor's type: no selected "
+          "tensor has role dense-ffn or output");
+  // Every rule deciding only "keep" leaves nothing to re-encode.
+  EXPECT_EQ(message({parse_tensor_type_rule(".=keep")}),
+            path +
+                ": nothing to re-encode: the 35 selected tensors that can be re-encoded are "
+                "already at the types asked for, or kept");
+  // Nothing is written by the binary either.
+  const auto cli = run_cli("gguf-requant", {path, "-o", dir.file("o.gguf"), "--type", "q8_0",
+                                            "--tensor-type", "ffn_dwn=q2_K"});
+  EXPECT_EQ(cli.code, 1);
+  EXPECT_EQ(cli.err, "gguf-requant: error: " + path +
+                         ": --tensor-type 'ffn_dwn=q2_K' decides no tensor's type: no tensor has a "
+                         "name containing a match for 'ffn_dwn'\n");
+  EXPECT_FALSE(std::filesystem::exists(dir.file("o.gguf")));
+}
+
+TEST(requant_rules, bad_rules_are_usage_errors) {
+  const auto usage = [](const std::function<void()>& fn) {
+    try {
+      fn();
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), Error::Kind::kUsage) << e.what();
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  const auto tensor = [&](std::string v) { return usage([&] { parse_tensor_type_rule(v); }); };
+  for (const char* v : {"ffn_down", "=q4_K", "ffn_down="})
+    EXPECT_EQ(tensor(v), fmt::format("invalid --tensor-type value '{}': expected PATTERN=TYPE, "
+                                     "e.g. ffn_down_exps=q2_K",
+                                     v));
+  EXPECT_EQ(tensor("a(=q4_K"),
+            "invalid --tensor-type regex 'a(': unbalanced parenthesis or '*', "
+            "'+', '?' with nothing to repeat");
+  EXPECT_EQ(tensor("exps=Q4_K_M"),
+            "--tensor-type: 'Q4_K_M' is a llama-quantize preset (a mix of types), not a ggml type: "
+            "it is built around q4_K; make a mix with --type (for the rest) and per-tensor types "
+            "(--tensor-type PATTERN=TYPE, --role-type ROLE=TYPE)");
+  EXPECT_TRUE(tensor("exps=q9_9")
+                  .starts_with("--tensor-type: unknown type 'q9_9' (types it can "
+                               "write: f32, f16,"));
+  EXPECT_EQ(usage([] { parse_role_type_rule("routd=q4_K"); }),
+            "unknown role 'routd' (valid roles: routed, routed-gate, routed-up, routed-down, "
+            "shared, router, attn-proj, attn, dense-ffn, embedding, output, norm, other)");
+  EXPECT_EQ(usage([] { parse_role_type_rule("routed"); }),
+            "invalid --role-type value 'routed': expected ROLE[,ROLE...]=TYPE, e.g. "
+            "routed-down=q2_K");
+  // The split is at the last '=': a pattern may hold one (a lookahead), a type never does.
+  const TypeRule look = parse_tensor_type_rule("ffn_(?=down)=KEEP");
+  EXPECT_EQ(look.pattern, "ffn_(?=down)");
+  EXPECT_FALSE(look.type.has_value());
+  const TypeRule roles = parse_role_type_rule("routed, shared=Q8_0");
+  EXPECT_EQ(roles.roles, (std::vector<Role>{Role::kRoutedGate, Role::kRoutedUp, Role::kRoutedDown,
+                                            Role::kShared}));
+  EXPECT_EQ(roles.type, GgmlType::Q8_0);
+  // A type without an encoder is refused when planning, naming the rule.
+  TempDir dir;
+  const Model in = Model::open(write_f16_model(dir));
+  RequantOptions o;
+  o.rules = {parse_tensor_type_rule("exps=q4_K"), parse_tensor_type_rule("attn=i32")};
+  EXPECT_EQ(usage([&] { requant(in, o); }), "--tensor-type 'attn=i32': no encoder for i32 yet");
+}
+
+// A rule's type whose block does not fit a row: the error names the tensor and the rule.
+TEST(requant_rules, a_block_size_that_does_not_fit_names_the_rule) {
+  TempDir dir;
+  Plan p;
+  p.metadata.set("general.architecture", Value::string("llama"));
+  auto data = std::make_shared<std::vector<uint8_t>>(96 * 4 * 4, 0);
+  p.tensors.push_back({"blk.0.attn_q.weight", 0, {96, 4}, data->size(), MemoryBytes{data}});
+  const Model in = Model::open(write_plan(p, dir.file("odd.gguf"), {}).paths.front());
+  RequantOptions o;
+  o.type = GgmlType::Q8_0;
+  o.rules = {parse_tensor_type_rule("attn_q=q4_K")};
+  EXPECT_EQ(error_of([&] { requant(in, o); }),
+            dir.file("odd.gguf") +
+                ": tensor 'blk.0.attn_q.weight': at byte 100: row length 96 is not a multiple of "
+                "the q4_K block size 256 (the type --tensor-type 'attn_q=q4_K' gives it)");
+}
+
+// --exact applies to each tensor's own target.
+TEST(requant_rules, exact_moves_each_tensor_to_its_rules_type) {
+  TempDir dir;
+  MoeSpec s;
+  s.n_layers = 2;
+  s.n_experts = 2;
+  s.vocab = 256;
+  const std::string in =
+      write_plan(synth_moe_plan(uniform_types(s, GgmlType::Q4_0)), dir.file("q4_0.gguf"), {})
+          .paths.front();
+  const auto cli =
+      run_cli("gguf-requant", {in, "-o", dir.file("o.gguf"), "--exact", "--tensor-type",
+                               "exps=q4_1", "--role-type", "attn-proj=f32", "--json"});
+  ASSERT_EQ(cli.code, 0) << cli.err;
+  const auto j = nlohmann::json::parse(cli.out);
+  size_t q41 = 0, f32 = 0;
+  for (const auto& t : j["tensors"]) {
+    if (t["type_after"] == "q4_1") {
+      ++q41;
+      EXPECT_EQ(t["rule"], "--tensor-type 'exps=q4_1'");
+    }
+    if (t["type_after"] == "f32" && t["type_before"] == "q4_0") ++f32;
+    EXPECT_FALSE(t["lossy"].get<bool>()) << t["name"];
+  }
+  EXPECT_EQ(q41, 3u);
+  EXPECT_GT(f32, 0u);
+  EXPECT_EQ(j["exact"]["tensors"], q41 + f32);
+}
+
+TEST(requant_rules, cli_json_and_the_import_refusal) {
+  TempDir dir;
+  const std::string in = write_f16_model(dir);
+  auto res = run_cli("gguf-requant",
+                     {in, "--dry-run", "--json", "--type", "q8_0", "--output-tensor-type", "Q6_K"});
+  ASSERT_EQ(res.code, 0) << res.err;
+  const auto j = nlohmann::json::parse(res.out);
+  for (const auto& t : j["tensors"]) {
+    if (t["name"] == "output.weight") {
+      EXPECT_EQ(t["type_after"], "q6_K");
+      EXPECT_EQ(t["rule"], "--output-tensor-type 'Q6_K'");
+    } else {
+      EXPECT_TRUE(t["rule"].is_null()) << t["name"];
+    }
+  }
+  // A packed-affine import takes its types from the import's bits.
+  std::ofstream(dir.file("x.safetensors")) << "not really";
+  res = run_cli("gguf-requant",
+                {dir.file("x.safetensors"), "-o", dir.file("o.gguf"), "--tensor-type", "a=q4_1"});
+  EXPECT_EQ(res.code, 2);
+  EXPECT_EQ(res.err,
+            "gguf-requant: error: --tensor-type does not apply to a packed-affine import (its "
+            "types come from the import's bits: --type q4_1, q5_1 or f32)\n"
+            "Try 'gguf-requant --help' for more information.\n");
+}
+
+}  // namespace
+}  // namespace gguf
