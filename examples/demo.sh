@@ -15,14 +15,11 @@ run() { printf '$ %s\n' "$*"; "$@"; }
 step "1. a tiny DeepSeek-style model at f16 (6 layers, 8 experts, 3-D expert tensors)"
 run "$build/examples/make_tiny_moe" -o "$work/tiny-f16.gguf" --recipe f16 --layers 6 --force
 
-step "2. the 2-bit base (the ds4 recipe): routed gate/up iq2_xxs, routed down q2_K;"
+step "2. the 2-bit base (the ds4 recipe) in one pass: routed gate/up iq2_xxs, routed down q2_K;"
 echo "   attention, shared experts, output q8_0 (no imatrix here: iq2_xxs weighs columns by energy)"
-run "$tools/gguf-requant" "$work/tiny-f16.gguf" -o "$work/step1.gguf" --type iq2_xxs \
-  --role routed-gate --role routed-up --force
-run "$tools/gguf-requant" "$work/step1.gguf" -o "$work/step2.gguf" --type q2_K --role routed-down --force
-run "$tools/gguf-requant" "$work/step2.gguf" -o "$work/base-2bit.gguf" --type q8_0 \
-  --role attn-proj --role shared --role output --role dense-ffn --force
-rm -f "$work/step1.gguf" "$work/step2.gguf"
+run "$tools/gguf-requant" "$work/tiny-f16.gguf" -o "$work/base-2bit.gguf" \
+  --role-type routed-gate,routed-up=iq2_xxs --role-type routed-down=q2_K \
+  --role-type attn-proj,shared,output,dense-ffn=q8_0 --force
 
 step "3. the Q4_K donor (same weights)"
 run "$tools/gguf-requant" "$work/tiny-f16.gguf" -o "$work/donor-q4k.gguf" --type q4_K --role routed --force
