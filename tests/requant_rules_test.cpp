@@ -70,7 +70,7 @@ TEST(requant_rules, the_first_matching_rule_decides_and_type_covers_the_rest) {
     if (!is_quantizable(info, in.architecture())) {
       type = before;
     } else if (std::regex_search(row.name, std::regex("blk\\.1\\.ffn_(gate|up)_exps"))) {
-      type = "q4_K", rule = "--tensor-type 'blk\\\\.1\\\\.ffn_(gate|up)_exps=q4_K'", ++first;
+      type = "q4_K", rule = "--tensor-type 'blk\\.1\\.ffn_(gate|up)_exps=q4_K'", ++first;
     } else if (row.name.find("_exps") != std::string::npos) {
       type = "q4_0", rule = "--tensor-type '_exps=Q4_0'";
     } else if (role == Role::kAttnProj) {
@@ -83,7 +83,7 @@ TEST(requant_rules, the_first_matching_rule_decides_and_type_covers_the_rest) {
     EXPECT_EQ(row.action, type == before ? "copy" : "encode");
     EXPECT_EQ(r.plan.tensors[i].type_id, row.type_after);
   }
-  EXPECT_EQ(first, 2u);  // (a backslash is doubled in messages, as in every escaped string)
+  EXPECT_EQ(first, 2u);
   EXPECT_GT(kept, 0u);
   EXPECT_GT(shared, 0u);
 }
@@ -154,6 +154,10 @@ TEST(requant_rules, a_rule_that_decides_no_tensor_is_an_error) {
             path +
                 ": --tensor-type 'ffn_dwn_exps=q2_K' decides no tensor's type: no tensor has "
                 "a name containing a match for 'ffn_dwn_exps'");
+  EXPECT_EQ(message({parse_tensor_type_rule("^blk\\.9\\.=q4_0")}),
+            path +
+                ": --tensor-type '^blk\\.9\\.=q4_0' decides no tensor's type: no tensor has a "
+                "name containing a match for '^blk\\.9\\.'");
   EXPECT_EQ(message({parse_tensor_type_rule("exps=q4_0")}, parse_selector({"0"}, {}, {})),
             path +
                 ": --tensor-type 'exps=q4_0' decides no tensor's type: no selected tensor has "
@@ -216,8 +220,19 @@ TEST(requant_rules, bad_rules_are_usage_errors) {
                   .starts_with("--tensor-type: unknown type 'q9_9' (types it can "
                                "write: f32, f16,"));
   EXPECT_EQ(usage([] { parse_role_type_rule("routd=q4_K"); }),
-            "unknown role 'routd' (valid roles: routed, routed-gate, routed-up, routed-down, "
+            "invalid --role-type value 'routd=q4_K': unknown role 'routd' (valid roles: routed, "
+            "routed-gate, routed-up, routed-down, "
             "shared, router, attn-proj, attn, dense-ffn, embedding, output, norm, other)");
+  EXPECT_EQ(
+      usage([] { parse_role_type_rule("routed,,shared=q4_0"); }),
+      "invalid --role-type value 'routed,,shared=q4_0': unknown role '' (valid roles: routed, "
+      "routed-gate, routed-up, routed-down, shared, router, attn-proj, attn, dense-ffn, "
+      "embedding, output, norm, other)");
+  EXPECT_EQ(usage([] { role_type_rule("--output-tensor-type", Role::kOutput, ""); }),
+            "--output-tensor-type: unknown type '' (types it can write: f32, f16, q4_0, q4_1, "
+            "q5_0, q5_1, q8_0, q8_1, q2_K, q3_K, q4_K, q5_K, q6_K, q8_K, iq2_xxs, iq2_xs, "
+            "iq3_xxs, iq1_s, iq4_nl, iq3_s, iq2_s, iq4_xs, iq1_m, bf16, tq1_0, tq2_0, mxfp4, "
+            "nvfp4, q1_0, q2_0)");
   EXPECT_EQ(usage([] { parse_role_type_rule("routed"); }),
             "invalid --role-type value 'routed': expected ROLE[,ROLE...]=TYPE, e.g. "
             "routed-down=q2_K");
@@ -279,6 +294,15 @@ TEST(requant_rules, exact_moves_each_tensor_to_its_rules_type) {
     EXPECT_FALSE(t["lossy"].get<bool>()) << t["name"];
   }
   EXPECT_EQ(q41, 3u);
+  // A pair without an exact path names the rule that asked for it.
+  const auto bad = run_cli(
+      "gguf-requant", {in, "--dry-run", "--exact", "--tensor-type", "blk\\.1\\.ffn_up_exps=q4_K"});
+  EXPECT_EQ(bad.code, 1);
+  EXPECT_NE(bad.err.find(" (the type --tensor-type 'blk\\.1\\.ffn_up_exps=q4_K' gives it) "
+                         "(--layers, --role and --match choose the tensors to move; the others "
+                         "are copied)\n"),
+            std::string::npos)
+      << bad.err;
   EXPECT_GT(f32, 0u);
   EXPECT_EQ(j["exact"]["tensors"], q41 + f32);
 }
@@ -298,6 +322,10 @@ TEST(requant_rules, cli_json_and_the_import_refusal) {
       EXPECT_TRUE(t["rule"].is_null()) << t["name"];
     }
   }
+  res = run_cli("gguf-requant", {in, "--dry-run", "--type", "q8_0", "--output-tensor-type", ""});
+  EXPECT_EQ(res.code, 2);
+  EXPECT_TRUE(res.err.starts_with("gguf-requant: error: --output-tensor-type: unknown type ''"))
+      << res.err;
   // A packed-affine import takes its types from the import's bits.
   std::ofstream(dir.file("x.safetensors")) << "not really";
   res = run_cli("gguf-requant",

@@ -121,10 +121,10 @@ int main(int argc, char** argv) {
     // Per-tensor types, in the order they are tried: llama-quantize's output and token
     // embedding overrides come first, then --tensor-type, then --role-type.
     std::vector<gguf::TypeRule> rules;
-    if (!output_type.empty())
+    if (vm.count("output-tensor-type"))
       rules.push_back(
           gguf::role_type_rule("--output-tensor-type", gguf::Role::kOutput, output_type));
-    if (!embedding_type.empty())
+    if (vm.count("token-embedding-type"))
       rules.push_back(
           gguf::role_type_rule("--token-embedding-type", gguf::Role::kEmbedding, embedding_type));
     for (const auto& v : tensor_types) rules.push_back(gguf::parse_tensor_type_rule(v));

@@ -131,7 +131,7 @@ std::pair<std::string_view, std::string_view> split_rule(std::string_view option
   const size_t eq = value.rfind('=');
   if (eq == std::string_view::npos || eq == 0 || eq + 1 == value.size())
     usage_error(fmt::format("invalid {} value '{}': expected {}=TYPE, e.g. {}", option,
-                            escape_for_terminal(value), what, example));
+                            terminal_safe(value), what, example));
   return {value.substr(0, eq), value.substr(eq + 1)};
 }
 
@@ -163,8 +163,9 @@ std::string role_list(const std::vector<Role>& roles) {
 
 }  // namespace
 
+// As typed: a regex's backslashes are not doubled (controls still are escaped).
 std::string TypeRule::describe() const {
-  return fmt::format("{} '{}'", option, escape_for_terminal(value));
+  return fmt::format("{} '{}'", option, terminal_safe(value));
 }
 
 TypeRule parse_tensor_type_rule(std::string_view value) {
@@ -185,7 +186,12 @@ TypeRule parse_role_type_rule(std::string_view value) {
   TypeRule r;
   r.option = kOption;
   r.value = value;
-  r.roles = parse_selector({}, {std::string(roles)}, {}).roles;
+  try {
+    r.roles = parse_selector({}, {std::string(roles)}, {}).roles;
+  } catch (const Error& e) {
+    usage_error(
+        fmt::format("invalid {} value '{}': {}", kOption, terminal_safe(value), e.message()));
+  }
   r.type = rule_type(kOption, type);
   return r;
 }
@@ -318,7 +324,7 @@ RequantResult requant(const Model& model, const RequantOptions& o) {
       const ExactPath exact = o.exact ? exact_path(src_type, to_type, why) : ExactPath::kNone;
       if (o.exact && exact == ExactPath::kNone)
         throw Error(t.file->path(), tensor_object(info.name), info.type_offset(),
-                    why +
+                    why + from_rule +
                         " (--layers, --role and --match choose the tensors to move; the others "
                         "are copied)");
       e.exact = exact == ExactPath::kRound;
@@ -405,7 +411,7 @@ RequantResult requant(const Model& model, const RequantOptions& o) {
     else
       why = fmt::format("no {} {}", o.selector.empty() ? "tensor" : "selected tensor",
                         rule.regex ? fmt::format("has a name containing a match for '{}'",
-                                                 escape_for_terminal(rule.pattern))
+                                                 terminal_safe(rule.pattern))
                                    : fmt::format("has role {}", role_list(rule.roles)));
     throw Error(model.path(), {}, std::nullopt,
                 fmt::format("{} decides no tensor's type: {}", rule.describe(), why));
