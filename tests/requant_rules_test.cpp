@@ -326,6 +326,22 @@ TEST(requant_rules, cli_json_and_the_import_refusal) {
   EXPECT_EQ(res.code, 2);
   EXPECT_TRUE(res.err.starts_with("gguf-requant: error: --output-tensor-type: unknown type ''"))
       << res.err;
+  // llama-quantize's --leave-output-tensor: the output stays as it is.
+  res = run_cli("gguf-requant",
+                {in, "--dry-run", "--json", "--type", "q8_0", "--leave-output-tensor"});
+  ASSERT_EQ(res.code, 0) << res.err;
+  for (const auto& t : nlohmann::json::parse(res.out)["tensors"]) {
+    if (t["name"] != "output.weight") continue;
+    EXPECT_EQ(t["type_after"], "f16");
+    EXPECT_EQ(t["action"], "copy");
+    EXPECT_EQ(t["rule"], "--leave-output-tensor");
+  }
+  res = run_cli("gguf-requant", {in, "--dry-run", "--type", "q8_0", "--leave-output-tensor",
+                                 "--output-tensor-type", "q6_K"});
+  EXPECT_EQ(res.code, 2);
+  EXPECT_EQ(res.err,
+            "gguf-requant: error: --leave-output-tensor and --output-tensor-type exclude each "
+            "other\nTry 'gguf-requant --help' for more information.\n");
   // A packed-affine import takes its types from the import's bits.
   std::ofstream(dir.file("x.safetensors")) << "not really";
   res = run_cli("gguf-requant",

@@ -24,7 +24,7 @@ int main(int argc, char** argv) {
     std::string out, type, imatrix_path, base_path, output_type, embedding_type;
     std::vector<std::string> tensor_types, role_types;
     bool json = false, force = false, no_verify = false, dry_run = false, exact = false;
-    bool quiet = false;
+    bool quiet = false, leave_output = false;
     unsigned threads = 0;
     std::string split_size;
     uint64_t split_tensors = 0;
@@ -41,9 +41,11 @@ int main(int argc, char** argv) {
         "role-type", po::value(&role_types)->composing(),
         "ROLE[,ROLE...]=TYPE: tensors of these roles get TYPE (repeatable, after --tensor-type; "
         "e.g. routed-down=q2_K)")("output-tensor-type", po::value(&output_type),
-                                  "the output tensor's type (first of all rules)")(
+                                  "the output tensor's type (tried before every other rule)")(
         "token-embedding-type", po::value(&embedding_type),
-        "the token embedding's type (first of all rules)")(
+        "the token embedding's type (tried next)")(
+        "leave-output-tensor", po::bool_switch(&leave_output),
+        "copy the output tensor as it is (as --output-tensor-type keep)")(
         "imatrix", po::value(&imatrix_path), "importance matrix (llama.cpp .dat or GGUF imatrix)")(
         "exact", po::bool_switch(&exact),
         "re-encode only where every value stays the same number (to f32; to f16/bf16 when "
@@ -121,6 +123,12 @@ int main(int argc, char** argv) {
     // Per-tensor types, in the order they are tried: llama-quantize's output and token
     // embedding overrides come first, then --tensor-type, then --role-type.
     std::vector<gguf::TypeRule> rules;
+    if (leave_output && vm.count("output-tensor-type"))
+      gguf::usage_error("--leave-output-tensor and --output-tensor-type exclude each other");
+    if (leave_output) {
+      rules.push_back(gguf::role_type_rule("--leave-output-tensor", gguf::Role::kOutput, "keep"));
+      rules.back().value.clear();  // a flag: described by its name alone
+    }
     if (vm.count("output-tensor-type"))
       rules.push_back(
           gguf::role_type_rule("--output-tensor-type", gguf::Role::kOutput, output_type));

@@ -165,6 +165,7 @@ std::string role_list(const std::vector<Role>& roles) {
 
 // As typed: a regex's backslashes are not doubled (controls still are escaped).
 std::string TypeRule::describe() const {
+  if (value.empty()) return option;
   return fmt::format("{} '{}'", option, terminal_safe(value));
 }
 

@@ -23,7 +23,7 @@ namespace gguf {
 // --token-embedding-type give them: the tensors it matches get `type`.
 struct TypeRule {
   std::string option;  // the option it came from, e.g. "--tensor-type", for messages
-  std::string value;   // what was given, e.g. "ffn_down_exps=q2_K"
+  std::string value;   // what was given, e.g. "ffn_down_exps=q2_K"; empty for a flag
   // Either a regex searched anywhere in the tensor's name (llama-quantize's rule), or roles.
   std::string pattern;
   std::optional<std::regex> regex;
