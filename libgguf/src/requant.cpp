@@ -245,8 +245,6 @@ RequantResult requant(const Model& model, const RequantOptions& o) {
     const TypeRule* earlier = nullptr;
   };
   std::vector<RuleUse> uses(o.rules.size());
-  const bool has_regex_rule =
-      std::any_of(o.rules.begin(), o.rules.end(), [](const TypeRule& rule) { return rule.regex; });
   for (size_t i = 0; i < model.tensors().size(); ++i) {
     const TensorRef& t = model.tensors()[i];
     const TensorInfo& info = *t.info;
@@ -262,12 +260,8 @@ RequantResult requant(const Model& model, const RequantOptions& o) {
     // The target: the first rule that matches, else --type; nullopt copies the tensor.
     std::optional<GgmlType> want = o.type;
     const TypeRule* decided_by = nullptr;
+    // (require_ggml_name above bounds the name a regex runs on to 63 bytes.)
     if (selected[i] && !o.rules.empty()) {
-      if (has_regex_rule && info.name.size() > kMaxMatchedNameBytes)
-        throw Error(t.file->path(), tensor_object(info.name), info.type_offset(),
-                    fmt::format("name of {} bytes is too long to match against --tensor-type "
-                                "(limit {} bytes)",
-                                info.name.size(), kMaxMatchedNameBytes));
       const TensorName tn = classify_tensor(info.name, arch, static_cast<int>(info.shape.size()));
       for (size_t k = 0; k < o.rules.size(); ++k) {
         if (!rule_matches(o.rules[k], info.name, tn)) continue;
