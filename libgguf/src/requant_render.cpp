@@ -1,6 +1,7 @@
 // Renderers of the requant report: a table of re-encoded tensors and the JSON contract.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <nlohmann/json.hpp>
 
 #include "gguf/cli.h"
@@ -29,18 +30,29 @@ std::string_view importance_name(ImportanceSource s) {
 
 std::string render_requant_text(const RequantResult& r, const WriteResult* written,
                                 const ExactProof* exact) {
-  Table t({"tensor", "type", "bytes before", "bytes after", "importance", "note"},
-          {true, true, false, false, true, true});
+  // With per-tensor types, a column says which rule gave each tensor its type.
+  const bool rules = std::any_of(r.rows.begin(), r.rows.end(),
+                                 [](const RequantRow& row) { return !row.rule.empty(); });
+  std::vector<std::string> header = {"tensor",      "type",       "bytes before",
+                                     "bytes after", "importance", "note"};
+  std::vector<bool> left = {true, true, false, false, true, true};
+  if (rules) header.insert(header.begin() + 2, "rule"), left.insert(left.begin() + 2, true);
+  Table t(header, left);
   size_t copied = 0;
   for (const auto& row : r.rows) {
     if (row.action == "copy") {
       ++copied;
       continue;
     }
-    t.add({escape_for_terminal(row.name),
-           fmt::format("{} -> {}", type_name(row.type_before), type_name(row.type_after)),
-           cli::human_bytes(row.bytes_before), cli::human_bytes(row.bytes_after),
-           std::string(importance_name(row.importance)), row.requantized ? "requantized" : ""});
+    std::vector<std::string> cells = {
+        escape_for_terminal(row.name),
+        fmt::format("{} -> {}", type_name(row.type_before), type_name(row.type_after)),
+        cli::human_bytes(row.bytes_before),
+        cli::human_bytes(row.bytes_after),
+        std::string(importance_name(row.importance)),
+        row.requantized ? "requantized" : ""};
+    if (rules) cells.insert(cells.begin() + 2, row.rule.empty() ? "--type" : row.rule);
+    t.add(std::move(cells));
   }
   std::string out = t.render();
   const size_t encoded = r.rows.size() - copied;
