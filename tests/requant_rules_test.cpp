@@ -326,6 +326,15 @@ TEST(requant_rules, cli_json_and_the_import_refusal) {
   EXPECT_EQ(res.code, 2);
   EXPECT_TRUE(res.err.starts_with("gguf-requant: error: --output-tensor-type: unknown type ''"))
       << res.err;
+  // The text report names each re-encoded tensor's rule (--type for the rest).
+  res = run_cli("gguf-requant", {in, "--dry-run", "--type", "q8_0", "--tensor-type",
+                                 "^blk\\.1\\.ffn_up_exps=q4_0"});
+  ASSERT_EQ(res.code, 0) << res.err;
+  EXPECT_TRUE(std::regex_search(res.out, std::regex("\nblk\\.1\\.ffn_up_exps\\.weight +f16 -> "
+                                                    "q4_0 +--tensor-type '\\^blk\\\\\\.1")))
+      << res.out;
+  EXPECT_TRUE(std::regex_search(res.out, std::regex("\noutput\\.weight +f16 -> q8_0 +--type ")))
+      << res.out;
   // llama-quantize's --leave-output-tensor: the output stays as it is.
   res = run_cli("gguf-requant",
                 {in, "--dry-run", "--json", "--type", "q8_0", "--leave-output-tensor"});
