@@ -362,5 +362,55 @@ TEST(requant_rules, cli_json_and_the_import_refusal) {
             "Try 'gguf-requant --help' for more information.\n");
 }
 
+// --keep-split writes the input's shards: the same tensors in each, a shard of metadata only
+// (llama-gguf-split --no-tensor-first-split) included.
+TEST(requant_rules, keep_split_writes_the_inputs_shards) {
+  TempDir dir;
+  MoeSpec s;
+  s.n_layers = 2;
+  s.n_experts = 2;
+  s.vocab = 256;
+  const Plan plan = synth_moe_plan(uniform_types(s, GgmlType::F16));
+  WriteOptions wo;
+  wo.split_tensor_counts = {0, 5, plan.tensors.size() - 5};
+  const auto in = write_plan(plan, dir.file("in.gguf"), wo);
+  ASSERT_EQ(in.paths.size(), 3u);
+  EXPECT_EQ(shard_tensor_counts(Model::open(in.paths.front())),
+            (std::vector<uint64_t>{0, 5, plan.tensors.size() - 5}));
+  for (const std::string tool : {"gguf-requant", "gguf-splice"}) {
+    SCOPED_TRACE(tool);
+    const std::vector<std::string> args =
+        tool == "gguf-requant"
+            ? std::vector<std::string>{in.paths.front(), "-o",   dir.file("r.gguf"),
+                                       "--type",         "q8_0", "--keep-split"}
+            : std::vector<std::string>{
+                  in.paths.front(), "--donor", in.paths.front(),   "--layers",    "1",
+                  "--force-arch",   "-o",      dir.file("s.gguf"), "--keep-split"};
+    const auto r = run_cli(tool, args);
+    ASSERT_EQ(r.code, 0) << r.err;
+    const std::string first =
+        dir.file(tool == "gguf-requant" ? "r-00001-of-00003.gguf" : "s-00001-of-00003.gguf");
+    const Model out = Model::open(first);
+    ASSERT_EQ(out.shards().size(), 3u);
+    const Model src = Model::open(in.paths.front());
+    ASSERT_EQ(out.tensors().size(), src.tensors().size());
+    for (size_t i = 0; i < out.tensors().size(); ++i) {
+      EXPECT_EQ(out.tensors()[i].name(), src.tensors()[i].name());
+      EXPECT_EQ(out.tensors()[i].shard, src.tensors()[i].shard);
+    }
+  }
+  // A single file stays a single file; the limits exclude it.
+  auto r = run_cli("gguf-requant", {write_f16_model(dir), "-o", dir.file("one.gguf"), "--type",
+                                    "q8_0", "--keep-split", "--json"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(nlohmann::json::parse(r.out)["outputs"], nlohmann::json::array({dir.file("one.gguf")}));
+  r = run_cli("gguf-requant", {dir.file("r-00001-of-00003.gguf"), "--dry-run", "--type", "q4_0",
+                               "--keep-split", "--split-max-tensors", "4"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(r.err,
+            "gguf-requant: error: --keep-split excludes --split-max-size and --split-max-tensors\n"
+            "Try 'gguf-requant --help' for more information.\n");
+}
+
 }  // namespace
 }  // namespace gguf

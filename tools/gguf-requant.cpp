@@ -24,7 +24,7 @@ int main(int argc, char** argv) {
     std::string out, type, imatrix_path, base_path, output_type, embedding_type;
     std::vector<std::string> tensor_types, role_types;
     bool json = false, force = false, no_verify = false, dry_run = false, exact = false;
-    bool quiet = false, leave_output = false;
+    bool quiet = false, leave_output = false, keep_split = false;
     unsigned threads = 0;
     std::string split_size;
     uint64_t split_tensors = 0;
@@ -64,7 +64,9 @@ int main(int argc, char** argv) {
                       "write a split set, shards at most this big (e.g. 4G)")(
         "split-max-tensors",
         gguf::cli::count_value(&split_tensors, UINT64_MAX, "--split-max-tensors", 1),
-        "write a split set, at most N tensors per shard");
+        "write a split set, at most N tensors per shard")(
+        "keep-split", po::bool_switch(&keep_split),
+        "write the output in the input's shards (the same tensors in each), as llama-quantize's");
     gguf::cli::add_threads_option(desc, &threads, "encoding");
     sel.add_to(desc);
     po::options_description hidden;
@@ -95,6 +97,8 @@ int main(int argc, char** argv) {
     if (!split_size.empty())
       wo.split_max_size = gguf::cli::parse_size(split_size, "split-max-size");
     wo.split_max_tensors = split_tensors;
+    if (keep_split && (wo.split_max_size || wo.split_max_tensors))
+      gguf::usage_error("--keep-split excludes --split-max-size and --split-max-tensors");
 
     // Writes the plan, or on --dry-run checks what the write would refuse. With `proving`,
     // prove(written model, output paths) runs on the written files before they reach their
@@ -147,6 +151,9 @@ int main(int argc, char** argv) {
         gguf::usage_error("--imatrix: a packed-affine import re-encodes nothing, it moves values");
       if (sel.given())
         gguf::usage_error("--layers, --role and --match do not apply to a packed-affine import");
+      if (keep_split)
+        gguf::usage_error(
+            "--keep-split applies to a GGUF input (a safetensors file has no shards)");
       if (!rules.empty())
         gguf::usage_error(
             fmt::format("{} does not apply to a packed-affine import (its types "
@@ -181,6 +188,8 @@ int main(int argc, char** argv) {
       gguf::usage_error("--base belongs to a packed-affine import (a .safetensors input)");
 
     const gguf::Model model = gguf::Model::open(in);
+    if (keep_split && model.shards().size() > 1)
+      wo.split_tensor_counts = gguf::shard_tensor_counts(model);
     std::optional<gguf::Imatrix> imatrix;
     if (!imatrix_path.empty()) imatrix = gguf::Imatrix::load(imatrix_path);
     gguf::RequantOptions opt{t,       selector, imatrix ? &*imatrix : nullptr,

@@ -52,6 +52,7 @@ int run(int argc, char** argv) {
       "write a split set, shards of at most SIZE (e.g. 4G)")(
       "split-max-tensors", cli::count_value(&split_tensors, UINT64_MAX, "--split-max-tensors", 1),
       "write a split set, N tensors per shard")(
+      "keep-split", "write the output in the base's shards (the same tensors in each)")(
       "allow-mixed-gate-up", "permit gate and up experts of a layer to differ in type")(
       "force-arch", "permit donors of another general.architecture");
   po::options_description hidden;
@@ -85,8 +86,12 @@ int run(int argc, char** argv) {
   wo.verify = vm.count("no-verify") == 0;
   if (!split_size.empty()) wo.split_max_size = cli::parse_size(split_size, "split-max-size");
   wo.split_max_tensors = split_tensors;
+  const bool keep_split = vm.count("keep-split") > 0;
+  if (keep_split && (wo.split_max_size || wo.split_max_tensors))
+    usage_error("--keep-split excludes --split-max-size and --split-max-tensors");
 
   const Model base = Model::open(base_path);
+  if (keep_split && base.shards().size() > 1) wo.split_tensor_counts = shard_tensor_counts(base);
   std::map<std::string, std::unique_ptr<Model>> models;  // a donor named twice opens once
   std::vector<Donor> donors;
   for (auto& s : specs) {

@@ -197,4 +197,10 @@ std::vector<size_t> select_in(const Model& model, const Selector& selector) {
   return select_tensors(selector, names, dims, model.architecture(), model.path());
 }
 
+std::vector<uint64_t> shard_tensor_counts(const Model& model) {
+  std::vector<uint64_t> counts(model.shards().size(), 0);
+  for (const TensorRef& t : model.tensors()) ++counts[t.shard];
+  return counts;
+}
+
 }  // namespace gguf

@@ -112,11 +112,29 @@ std::vector<std::vector<size_t>> group_tensors(const Plan& plan, const Metadata&
 std::vector<Shard> assign_shards(const Plan& plan, const Metadata& base, const std::string& path,
                                  const WriteOptions& o) {
   std::vector<Shard> shards;
-  if (!o.split_max_size && !o.split_max_tensors) {
+  const bool given = !o.split_tensor_counts.empty();
+  if (given && (o.split_max_size || o.split_max_tensors))
+    throw Error("write_plan: split_tensor_counts excludes split_max_size and split_max_tensors",
+                Error::Kind::kUsage);
+  if (!given && !o.split_max_size && !o.split_max_tensors) {
     shards.push_back({path, base, {}, {}, {}});
     for (size_t i = 0; i < plan.tensors.size(); ++i) shards[0].plan_index.push_back(i);
   } else {
-    const auto groups = group_tensors(plan, base, o);
+    std::vector<std::vector<size_t>> groups;
+    if (given) {
+      uint64_t total = 0;
+      for (uint64_t c : o.split_tensor_counts) total += std::min<uint64_t>(c, UINT32_MAX);
+      if (total != plan.tensors.size())
+        throw Error(fmt::format("write_plan: split_tensor_counts cover {} tensors, the plan has {}",
+                                total, plan.tensors.size()));
+      size_t next = 0;
+      for (uint64_t c : o.split_tensor_counts) {
+        groups.emplace_back();
+        for (uint64_t k = 0; k < c; ++k) groups.back().push_back(next++);
+      }
+    } else {
+      groups = group_tensors(plan, base, o);
+    }
     const uint64_t n = groups.size();
     if (n > kMaxShards)
       throw Error(path, {}, std::nullopt,

@@ -54,6 +54,11 @@ class Model {
   std::unordered_map<std::string, size_t> index_;
 };
 
+// How many tensors each shard holds, in order ({n} for a single file): the
+// WriteOptions::split_tensor_counts that write a plan of the model's tensors, in the model's
+// order, in the same shards (--keep-split).
+std::vector<uint64_t> shard_tensor_counts(const Model& model);
+
 // Indices into model.tensors() that the selector picks (all when it is empty); roles are
 // classified with each tensor's dimension count. Errors as select_tensors().
 std::vector<size_t> select_in(const Model& model, const Selector& selector);

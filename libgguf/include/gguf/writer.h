@@ -18,6 +18,10 @@ struct WriteOptions {
   bool verify = true;              // re-open the output and compare every payload's xxh3
   uint64_t split_max_size = 0;     // bytes per shard (0 = no limit)
   uint64_t split_max_tensors = 0;  // tensors per shard (0 = no limit)
+  // A split set of exactly these shards: the number of plan tensors in each, in plan order
+  // (zeros allowed: a shard of metadata only, as llama-gguf-split --no-tensor-first-split
+  // writes). With it the two limits above must be 0. --keep-split gives an input's shards.
+  std::vector<uint64_t> split_tensor_counts;
   // Paths the output must not resolve to (same device and inode): the inputs.
   std::vector<std::string> inputs;
   // Called with (bytes done, bytes total) as payloads are written; may be empty.
