@@ -88,29 +88,96 @@ TEST(requant_rules, the_first_matching_rule_decides_and_type_covers_the_rest) {
   EXPECT_GT(shared, 0u);
 }
 
-// Without --type, a tensor no rule matches is copied; llama-quantize's two overrides come
-// before every other rule.
+// Without --type, a tensor no rule matches is copied; llama-quantize's two overrides (by name)
+// come before every --tensor-type.
 TEST(requant_rules, output_and_embedding_types_come_before_every_rule) {
   TempDir dir;
   const Model in = Model::open(write_f16_model(dir));
   RequantOptions o;
-  o.type = std::nullopt;
-  o.rules = {role_type_rule("--output-tensor-type", Role::kOutput, "q6_K"),
-             role_type_rule("--token-embedding-type", Role::kEmbedding, "q4_0"),
-             parse_tensor_type_rule("blk\\.2\\.=iq4_nl")};
+  o.rules = {parse_tensor_type_rule("weight$=iq4_nl"),
+             named_type_rule(TypeRule::Kind::kOutput, "--output-tensor-type", "q6_K"),
+             named_type_rule(TypeRule::Kind::kTokenEmbedding, "--token-embedding-type", "Q5_0")};
   const RequantResult r = requant(in, o);
-  std::map<std::string, std::string> after;
-  for (const auto& row : r.rows) after[row.name] = type_name(row.type_after);
-  EXPECT_EQ(after["output.weight"], "q6_K");
-  EXPECT_EQ(after["token_embd.weight"], "q4_0");
-  EXPECT_EQ(after["blk.2.ffn_up_exps.weight"], "iq4_nl");
-  EXPECT_EQ(after["blk.2.attn_norm.weight"], "f32");    // never re-encoded
-  EXPECT_EQ(after["blk.1.ffn_up_exps.weight"], "f16");  // no rule, no --type: copied
+  std::map<std::string, std::string> after, rule;
   for (const auto& row : r.rows) {
-    if (row.name == "output.weight") {
-      EXPECT_EQ(row.rule, "--output-tensor-type 'q6_K'");
+    after[row.name] = type_name(row.type_after);
+    rule[row.name] = row.rule;
+  }
+  EXPECT_EQ(after["output.weight"], "q6_K");
+  EXPECT_EQ(rule["output.weight"], "--output-tensor-type 'q6_K'");
+  EXPECT_EQ(after["token_embd.weight"], "q5_0");
+  EXPECT_EQ(rule["token_embd.weight"], "--token-embedding-type 'Q5_0'");
+  EXPECT_EQ(after["blk.2.ffn_up_exps.weight"], "iq4_nl");
+  EXPECT_EQ(rule["blk.2.ffn_up_exps.weight"], "--tensor-type 'weight$=iq4_nl'");
+  EXPECT_EQ(after["blk.2.attn_norm.weight"], "f32");  // never re-encoded
+  // No --type: what no rule matches is copied.
+  o.rules = {parse_tensor_type_rule("^blk\\.2\\.=q4_0")};
+  for (const auto& row : requant(in, o).rows) {
+    if (row.name.starts_with("blk.2.") && row.name.ends_with("_exps.weight")) {
+      EXPECT_EQ(type_name(row.type_after), "q4_0");
+    } else if (row.name == "blk.1.ffn_up_exps.weight") {
+      EXPECT_EQ(row.action, "copy");
     }
   }
+}
+
+// A model without output.weight computes its output with the token embedding (tied
+// embeddings): --output-tensor-type applies to it as llama-quantize does, after
+// --token-embedding-type and --tensor-type. A named override that decides nothing is a note.
+TEST(requant_rules, output_type_on_tied_embeddings) {
+  TempDir dir;
+  MoeSpec s;
+  s.n_layers = 2;
+  s.n_experts = 2;
+  s.vocab = 256;
+  Plan plan = synth_moe_plan(uniform_types(s, GgmlType::F16));
+  std::erase_if(plan.tensors, [](const PlanTensor& t) { return t.name == "output.weight"; });
+  const Model in = Model::open(write_plan(plan, dir.file("tied.gguf"), {}).paths.front());
+  const auto output = named_type_rule(TypeRule::Kind::kOutput, "--output-tensor-type", "q6_K");
+  const auto embd =
+      named_type_rule(TypeRule::Kind::kTokenEmbedding, "--token-embedding-type", "q5_0");
+  const auto type_of = [](const RequantResult& r, const std::string& name) {
+    for (const auto& row : r.rows)
+      if (row.name == name) return type_name(row.type_after);
+    return std::string("none");
+  };
+  RequantOptions o;
+  o.type = GgmlType::Q8_0;
+  o.rules = {output};
+  auto r = requant(in, o);
+  EXPECT_EQ(type_of(r, "token_embd.weight"), "q6_K");
+  EXPECT_TRUE(r.notes.empty());
+  o.rules = {output, embd};
+  r = requant(in, o);
+  EXPECT_EQ(type_of(r, "token_embd.weight"), "q5_0");
+  EXPECT_EQ(r.notes, std::vector<std::string>{
+                         "--output-tensor-type 'q6_K' decides no tensor's type: every tensor it "
+                         "matches that can be re-encoded is given its type by an earlier rule, "
+                         "--token-embedding-type 'q5_0' (the first rule that matches decides)"});
+  o.rules = {output, parse_tensor_type_rule("token_embd=q4_0")};
+  EXPECT_EQ(type_of(requant(in, o), "token_embd.weight"), "q4_0");
+  // Not tied: the output rule is output.weight only, and a missing one is a note, not an error.
+  const Model untied = Model::open(write_f16_model(dir));
+  o.rules = {output};
+  o.selector = parse_selector({}, {"routed"}, {});
+  r = requant(untied, o);
+  ASSERT_FALSE(r.notes.empty());
+  EXPECT_EQ(r.notes.back(),
+            "--output-tensor-type 'q6_K' decides no tensor's type: no selected tensor is named "
+            "output.weight");
+}
+
+// The options' order on the command line does not change the order rules are tried in.
+TEST(requant_rules, cli_tries_tensor_type_before_role_type_whatever_the_order) {
+  TempDir dir;
+  const std::string in = write_f16_model(dir);
+  const auto r = run_cli("gguf-requant", {in, "--dry-run", "--role-type", "routed=q4_0",
+                                          "--tensor-type", "exps=q5_0"});
+  EXPECT_EQ(r.code, 1);
+  EXPECT_EQ(r.err, "gguf-requant: error: " + in +
+                       ": --role-type 'routed=q4_0' decides no tensor's type: every tensor it "
+                       "matches that can be re-encoded is given its type by an earlier rule, "
+                       "--tensor-type 'exps=q5_0' (the first rule that matches decides)\n");
 }
 
 // The recipe in one run writes the same file, byte for byte, as the three runs it replaces.
@@ -228,7 +295,7 @@ TEST(requant_rules, bad_rules_are_usage_errors) {
       "invalid --role-type value 'routed,,shared=q4_0': unknown role '' (valid roles: routed, "
       "routed-gate, routed-up, routed-down, shared, router, attn-proj, attn, dense-ffn, "
       "embedding, output, norm, other)");
-  EXPECT_EQ(usage([] { role_type_rule("--output-tensor-type", Role::kOutput, ""); }),
+  EXPECT_EQ(usage([] { named_type_rule(TypeRule::Kind::kOutput, "--output-tensor-type", ""); }),
             "--output-tensor-type: unknown type '' (types it can write: f32, f16, q4_0, q4_1, "
             "q5_0, q5_1, q8_0, q8_1, q2_K, q3_K, q4_K, q5_K, q6_K, q8_K, iq2_xxs, iq2_xs, "
             "iq3_xxs, iq1_s, iq4_nl, iq3_s, iq2_s, iq4_xs, iq1_m, bf16, tq1_0, tq2_0, mxfp4, "
@@ -244,12 +311,15 @@ TEST(requant_rules, bad_rules_are_usage_errors) {
   EXPECT_EQ(roles.roles, (std::vector<Role>{Role::kRoutedGate, Role::kRoutedUp, Role::kRoutedDown,
                                             Role::kShared}));
   EXPECT_EQ(roles.type, GgmlType::Q8_0);
-  // A type without an encoder is refused when planning, naming the rule.
-  TempDir dir;
-  const Model in = Model::open(write_f16_model(dir));
-  RequantOptions o;
-  o.rules = {parse_tensor_type_rule("exps=q4_K"), parse_tensor_type_rule("attn=i32")};
-  EXPECT_EQ(usage([&] { requant(in, o); }), "--tensor-type 'attn=i32': no encoder for i32 yet");
+  // A type without an encoder is refused with the rule, before any file is opened.
+  EXPECT_EQ(tensor("attn=i32"), "--tensor-type 'attn=i32': no encoder for i32 yet");
+  EXPECT_EQ(usage([] { named_type_rule(TypeRule::Kind::kOutput, "--output-tensor-type", "f64"); }),
+            "--output-tensor-type 'f64': no encoder for f64 yet");
+  const auto cli = run_cli("gguf-requant", {"/nonexistent.gguf", "--dry-run", "--type", "i8"});
+  EXPECT_EQ(cli.code, 2);
+  EXPECT_EQ(cli.err,
+            "gguf-requant: error: --type i8: no encoder for this type yet\n"
+            "Try 'gguf-requant --help' for more information.\n");
 }
 
 // A rule's type whose block does not fit a row: the error names the tensor and the rule.

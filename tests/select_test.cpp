@@ -167,7 +167,11 @@ TEST(select, role_and_regex_errors_are_exact) {
             "nothing to repeat");
   EXPECT_EQ(regex_error("a{99999999}"),
             "invalid --match regex 'a{99999999}': pattern is too large");
-  EXPECT_EQ(regex_error("\\"), "invalid --match regex '\\\\': invalid escape sequence");
+  // Quoted as typed: a backslash is not doubled (a control character would be escaped).
+  EXPECT_EQ(regex_error("\\"), "invalid --match regex '\\': invalid escape sequence");
+  EXPECT_EQ(regex_error("a\x01("),
+            "invalid --match regex 'a\\x01(': unbalanced parenthesis or '*', '+', '?' with "
+            "nothing to repeat");
   EXPECT_EQ(regex_error("[a"), "invalid --match regex '[a': unmatched '['");
   EXPECT_EQ(regex_error("*x"),
             "invalid --match regex '*x': unbalanced parenthesis or '*', '+', '?' with nothing "
@@ -177,7 +181,7 @@ TEST(select, role_and_regex_errors_are_exact) {
   EXPECT_EQ(regex_error(""), "invalid --match regex '': empty pattern");
 #ifdef __GLIBCXX__
   EXPECT_EQ(regex_error("(a)\\1"),
-            "invalid --match regex '(a)\\\\1': back-references are not supported");
+            "invalid --match regex '(a)\\1': back-references are not supported");
 #endif
   EXPECT_EQ(layers_error("z"), usage_message([] { parse_selector({"z"}, {}, {}); }));
 }

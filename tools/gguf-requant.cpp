@@ -75,8 +75,8 @@ int main(int argc, char** argv) {
     pos.add("input", -1);
     po::variables_map vm;
     if (gguf::cli::parse_command_line(argc, argv, "gguf-requant",
-                                      "IN.gguf -o OUT.gguf (--type TYPE | --tensor-type "
-                                      "PATTERN=TYPE ...) [OPTIONS]\n"
+                                      "IN.gguf -o OUT.gguf [--type TYPE] [--tensor-type "
+                                      "PATTERN=TYPE ...] [OPTIONS]   (a type or a rule)\n"
                                       "       gguf-requant IN.safetensors -o OUT.gguf [--type "
                                       "q4_1|q5_1|f32] [--base BASE.gguf] [OPTIONS]",
                                       desc, hidden, pos, vm))
@@ -88,8 +88,11 @@ int main(int argc, char** argv) {
     const std::string& in = inputs.front();
     threads = gguf::cli::thread_count(threads);
     std::optional<gguf::GgmlType> t;
-    if (!type.empty() && !(t = gguf::parse_type(type)))
+    if (vm.count("type") && !(t = gguf::parse_type(type)))
       gguf::usage_error(gguf::unknown_type_message("--type", type));
+    if (t && !gguf::can_encode(*t))
+      gguf::usage_error(
+          fmt::format("--type {}: no encoder for this type yet", gguf::traits(*t).name));
     if (out.empty() && !dry_run) gguf::usage_error("an output path is required (-o OUT.gguf)");
     gguf::WriteOptions wo;
     wo.force = force;
@@ -130,15 +133,16 @@ int main(int argc, char** argv) {
     if (leave_output && vm.count("output-tensor-type"))
       gguf::usage_error("--leave-output-tensor and --output-tensor-type exclude each other");
     if (leave_output) {
-      rules.push_back(gguf::role_type_rule("--leave-output-tensor", gguf::Role::kOutput, "keep"));
+      rules.push_back(
+          gguf::named_type_rule(gguf::TypeRule::Kind::kOutput, "--leave-output-tensor", "keep"));
       rules.back().value.clear();  // a flag: described by its name alone
     }
     if (vm.count("output-tensor-type"))
-      rules.push_back(
-          gguf::role_type_rule("--output-tensor-type", gguf::Role::kOutput, output_type));
+      rules.push_back(gguf::named_type_rule(gguf::TypeRule::Kind::kOutput, "--output-tensor-type",
+                                            output_type));
     if (vm.count("token-embedding-type"))
-      rules.push_back(
-          gguf::role_type_rule("--token-embedding-type", gguf::Role::kEmbedding, embedding_type));
+      rules.push_back(gguf::named_type_rule(gguf::TypeRule::Kind::kTokenEmbedding,
+                                            "--token-embedding-type", embedding_type));
     for (const auto& v : tensor_types) rules.push_back(gguf::parse_tensor_type_rule(v));
     for (const auto& v : role_types) rules.push_back(gguf::parse_role_type_rule(v));
     const auto source = gguf::open_file_source(in);

@@ -135,17 +135,50 @@ std::pair<std::string_view, std::string_view> split_rule(std::string_view option
   return {value.substr(0, eq), value.substr(eq + 1)};
 }
 
-std::optional<GgmlType> rule_type(std::string_view option, std::string_view type) {
+// A rule's type: a ggml type with an encoder (checked here, so that the usage error comes
+// before any file is opened), or "keep".
+std::optional<GgmlType> rule_type(std::string_view option, std::string_view type,
+                                  std::string_view value) {
   std::string lower(type);
   for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   if (lower == "keep") return std::nullopt;
-  if (auto t = parse_type(type)) return t;
-  usage_error(unknown_type_message(option, type));
+  const auto t = parse_type(type);
+  if (!t) usage_error(unknown_type_message(option, type));
+  if (!can_encode(*t))
+    usage_error(fmt::format("{} '{}': no encoder for {} yet", option, terminal_safe(value),
+                            traits(*t).name));
+  return t;
 }
 
-bool rule_matches(const TypeRule& rule, std::string_view name, const TensorName& tn) {
-  if (rule.regex) return regex_found(name, *rule.regex, rule.pattern, rule.option, true);
-  return std::find(rule.roles.begin(), rule.roles.end(), tn.role) != rule.roles.end();
+constexpr std::string_view kOutputName = "output.weight";
+
+bool is_token_embedding_name(std::string_view name) {
+  return name == "token_embd.weight" || name == "per_layer_token_embd.weight";
+}
+
+// Where a matching rule stands in llama-quantize's order (lower first), or -1 when the rule
+// does not match. `pattern_matched`: some kPattern rule matches the name.
+int rule_phase(const TypeRule& rule, std::string_view name, const TensorName& tn, bool tied,
+               bool pattern_matched) {
+  using Kind = TypeRule::Kind;
+  switch (rule.kind) {
+    case Kind::kTokenEmbedding:
+      // llama-quantize lets a --tensor-type that names the large per-layer table take it.
+      if (name == "token_embd.weight" ||
+          (name == "per_layer_token_embd.weight" && !pattern_matched))
+        return 0;
+      return -1;
+    case Kind::kOutput:
+      if (name == kOutputName) return 1;
+      // Tied embeddings: the token embedding is the output too, after the manual overrides.
+      if (tied && is_token_embedding_name(name)) return 3;
+      return -1;
+    case Kind::kPattern:
+      return regex_found(name, *rule.regex, rule.pattern, rule.option, true) ? 2 : -1;
+    case Kind::kRoles:
+      return std::find(rule.roles.begin(), rule.roles.end(), tn.role) != rule.roles.end() ? 4 : -1;
+  }
+  return -1;
 }
 
 std::string type_list(const std::vector<GgmlType>& types) {
@@ -159,6 +192,23 @@ std::string role_list(const std::vector<Role>& roles) {
   std::vector<std::string_view> names;
   for (Role r : roles) names.push_back(role_name(r));
   return fmt::format("{}", fmt::join(names, " or "));
+}
+
+// What no tensor is, for a rule that matched none: "no tensor " + this.
+std::string unmatched(const TypeRule& rule, bool tied) {
+  switch (rule.kind) {
+    case TypeRule::Kind::kPattern:
+      return fmt::format("has a name containing a match for '{}'", terminal_safe(rule.pattern));
+    case TypeRule::Kind::kRoles:
+      return fmt::format("has role {}", role_list(rule.roles));
+    case TypeRule::Kind::kOutput:
+      return tied ? "is named output.weight, nor (the model's output being its token embedding) "
+                    "token_embd.weight or per_layer_token_embd.weight"
+                  : "is named output.weight";
+    case TypeRule::Kind::kTokenEmbedding:
+      return "is named token_embd.weight or per_layer_token_embd.weight";
+  }
+  return "";
 }
 
 }  // namespace
@@ -177,7 +227,7 @@ TypeRule parse_tensor_type_rule(std::string_view value) {
   r.value = value;
   r.pattern = pattern;
   r.regex = compile_regex(r.pattern, kOption);
-  r.type = rule_type(kOption, type);
+  r.type = rule_type(kOption, type, value);
   return r;
 }
 
@@ -185,6 +235,7 @@ TypeRule parse_role_type_rule(std::string_view value) {
   constexpr std::string_view kOption = "--role-type";
   const auto [roles, type] = split_rule(kOption, value, "ROLE[,ROLE...]", "routed-down=q2_K");
   TypeRule r;
+  r.kind = TypeRule::Kind::kRoles;
   r.option = kOption;
   r.value = value;
   try {
@@ -193,16 +244,16 @@ TypeRule parse_role_type_rule(std::string_view value) {
     usage_error(
         fmt::format("invalid {} value '{}': {}", kOption, terminal_safe(value), e.message()));
   }
-  r.type = rule_type(kOption, type);
+  r.type = rule_type(kOption, type, value);
   return r;
 }
 
-TypeRule role_type_rule(std::string_view option, Role role, std::string_view type) {
+TypeRule named_type_rule(TypeRule::Kind kind, std::string_view option, std::string_view type) {
   TypeRule r;
+  r.kind = kind;
   r.option = option;
   r.value = type;
-  r.roles = {role};
-  r.type = rule_type(option, type);
+  r.type = rule_type(option, type, type);
   return r;
 }
 
@@ -220,6 +271,12 @@ RequantResult requant(const Model& model, const RequantOptions& o) {
     if (rule.type && !can_encode(*rule.type))
       usage_error(
           fmt::format("{}: no encoder for {} yet", rule.describe(), traits(*rule.type).name));
+  // llama-quantize's tied embeddings: a model without output.weight computes its output with
+  // the token embedding.
+  const bool tied = !model.find(kOutputName);
+  const bool any_pattern = std::any_of(o.rules.begin(), o.rules.end(), [](const TypeRule& rule) {
+    return rule.kind == TypeRule::Kind::kPattern;
+  });
   if (o.exact && o.imatrix)
     usage_error("--imatrix has no use with --exact: exact paths quantize nothing");
   std::vector<bool> selected(model.tensors().size(), false);
@@ -263,8 +320,20 @@ RequantResult requant(const Model& model, const RequantOptions& o) {
     // (require_ggml_name above bounds the name a regex runs on to 63 bytes.)
     if (selected[i] && !o.rules.empty()) {
       const TensorName tn = classify_tensor(info.name, arch, static_cast<int>(info.shape.size()));
-      for (size_t k = 0; k < o.rules.size(); ++k) {
-        if (!rule_matches(o.rules[k], info.name, tn)) continue;
+      bool pattern_matched = false;
+      if (any_pattern && info.name == "per_layer_token_embd.weight")
+        for (const TypeRule& rule : o.rules)
+          pattern_matched |= rule.kind == TypeRule::Kind::kPattern &&
+                             regex_found(info.name, *rule.regex, rule.pattern, rule.option, true);
+      // The matching rules in the order they are tried: by phase, then as given.
+      std::vector<std::pair<int, size_t>> order;
+      for (size_t k = 0; k < o.rules.size(); ++k)
+        if (const int phase = rule_phase(o.rules[k], info.name, tn, tied, pattern_matched);
+            phase >= 0)
+          order.emplace_back(phase, k);
+      std::sort(order.begin(), order.end());
+      for (const auto& entry : order) {
+        const size_t k = entry.second;
         if (!quantizable) {
           if (!uses[k].never) uses[k].never = &info;
         } else if (decided_by) {
@@ -387,7 +456,9 @@ RequantResult requant(const Model& model, const RequantOptions& o) {
     r.rows.push_back(std::move(row));
   }
   // A rule that decides nothing is a mistake in the command line (a misspelt name, a role the
-  // architecture does not have, a rule hidden behind an earlier one): say which.
+  // architecture does not have, a rule hidden behind an earlier one): say which. llama-quantize's
+  // two named overrides are given to every model alike (one has no output.weight, another has
+  // token_embd decided by --token-embedding-type): a note for them.
   for (size_t k = 0; k < o.rules.size(); ++k) {
     if (uses[k].decided) continue;
     const TypeRule& rule = o.rules[k];
@@ -405,11 +476,12 @@ RequantResult requant(const Model& model, const RequantOptions& o) {
           escape_for_terminal(uses[k].never->name));
     else
       why = fmt::format("no {} {}", o.selector.empty() ? "tensor" : "selected tensor",
-                        rule.regex ? fmt::format("has a name containing a match for '{}'",
-                                                 terminal_safe(rule.pattern))
-                                   : fmt::format("has role {}", role_list(rule.roles)));
-    throw Error(model.path(), {}, std::nullopt,
-                fmt::format("{} decides no tensor's type: {}", rule.describe(), why));
+                        unmatched(rule, tied));
+    std::string message = fmt::format("{} decides no tensor's type: {}", rule.describe(), why);
+    if (rule.kind == TypeRule::Kind::kOutput || rule.kind == TypeRule::Kind::kTokenEmbedding)
+      r.notes.push_back(std::move(message));
+    else
+      throw Error(model.path(), {}, std::nullopt, std::move(message));
   }
   // Writing a copy of the input is never what was asked for (e.g. --role norm, or a file
   // already at the type): say so instead.
@@ -461,9 +533,12 @@ RequantResult requant(const Model& model, const RequantOptions& o) {
     r.notes.push_back(fmt::format(
         "the importance matrix was not used ({}): the quantize.imatrix.* keys are left as they "
         "were",
-        !weighted.empty() ? "it has no entry for any re-encoded tensor"
-                          : fmt::format("{} {} no importance weights", type_list(encoded_types),
-                                        encoded_types.size() == 1 ? "takes" : "take")));
+        weighted.size() == encoded_types.size()
+            ? std::string("it has no entry for any re-encoded tensor")
+        : !weighted.empty()
+            ? fmt::format("it has no entry for any tensor re-encoded to {}", type_list(weighted))
+            : fmt::format("{} {} no importance weights", type_list(encoded_types),
+                          encoded_types.size() == 1 ? "takes" : "take")));
   if (imatrix_used) {
     for (const char* k : {"quantize.imatrix.file", "quantize.imatrix.dataset",
                           "quantize.imatrix.entries_count", "quantize.imatrix.chunks_count"})

@@ -188,7 +188,7 @@ std::regex compile_regex(const std::string& pattern, std::string_view option) {
   try {
     return std::regex(pattern, flags);
   } catch (const std::regex_error& e) {
-    usage_error(fmt::format("invalid {} regex '{}': {}", option, escape_for_terminal(pattern),
+    usage_error(fmt::format("invalid {} regex '{}': {}", option, terminal_safe(pattern),
                             regex_problem(e.code())));
   }
 }
@@ -200,7 +200,7 @@ bool regex_found(std::string_view name, const std::regex& rx, std::string_view p
                   : std::regex_match(name.begin(), name.end(), rx);
   } catch (const std::regex_error& e) {
     usage_error(fmt::format("{} regex '{}' failed on a tensor name: {}", option,
-                            escape_for_terminal(pattern), regex_problem(e.code())));
+                            terminal_safe(pattern), regex_problem(e.code())));
   }
 }
 

@@ -22,37 +22,50 @@ namespace gguf {
 // A per-tensor type, as llama-quantize's --tensor-type, --output-tensor-type and
 // --token-embedding-type give them: the tensors it matches get `type`.
 struct TypeRule {
-  std::string option;  // the option it came from, e.g. "--tensor-type", for messages
-  std::string value;   // what was given, e.g. "ffn_down_exps=q2_K"; empty for a flag
-  // Either a regex searched anywhere in the tensor's name (llama-quantize's rule), or roles.
-  std::string pattern;
+  enum class Kind {
+    kPattern,         // a regex searched anywhere in the name (--tensor-type)
+    kRoles,           // tensors of these roles (--role-type)
+    kOutput,          // output.weight; with tied embeddings (no output.weight) the token
+                      // embedding tables instead (--output-tensor-type, --leave-output-tensor)
+    kTokenEmbedding,  // token_embd.weight and per_layer_token_embd.weight
+  };
+  Kind kind = Kind::kPattern;
+  std::string option;   // the option it came from, e.g. "--tensor-type", for messages
+  std::string value;    // what was given, e.g. "ffn_down_exps=q2_K"; empty for a flag
+  std::string pattern;  // kPattern
   std::optional<std::regex> regex;
-  std::vector<Role> roles;
+  std::vector<Role> roles;       // kRoles
   std::optional<GgmlType> type;  // nullopt: "keep", copy the tensor as it is
 
-  // "--tensor-type 'ffn_down_exps=q2_K'", for messages (the value escaped for a terminal).
+  // "--tensor-type 'ffn_down_exps=q2_K'", for messages (the value as typed; control
+  // characters escaped).
   std::string describe() const;
 };
 
 // "PATTERN=TYPE" (split at the last '='; TYPE any case, or "keep"): the tensors whose name
-// contains a match of PATTERN. Usage error on bad syntax, an invalid regex or an unknown type.
+// contains a match of PATTERN. Usage error on bad syntax, an invalid regex, an unknown type or
+// one without an encoder.
 TypeRule parse_tensor_type_rule(std::string_view value);
 // "ROLE[,ROLE...]=TYPE" (roles as --role takes them, "routed" included): tensors of these roles.
 TypeRule parse_role_type_rule(std::string_view value);
-// --output-tensor-type TYPE / --token-embedding-type TYPE: the tensors of role `role`.
-TypeRule role_type_rule(std::string_view option, Role role, std::string_view type);
+// --output-tensor-type TYPE (kind kOutput) or --token-embedding-type TYPE (kTokenEmbedding);
+// `option` names it in messages.
+TypeRule named_type_rule(TypeRule::Kind kind, std::string_view option, std::string_view type);
 
 struct RequantOptions {
   // The type of every selected quantizable tensor that no rule decides; nullopt: such tensors
   // are copied as they are (then `rules` must not be empty).
-  std::optional<GgmlType> type = GgmlType::Q8_0;
+  std::optional<GgmlType> type;
   Selector selector;                 // restricts which tensors are re-encoded (others copied)
   const Imatrix* imatrix = nullptr;  // importance weights; nullptr = none
   unsigned threads = 1;
   // Re-encode only along exact paths (gguf/exact.h); a tensor that has none is an error.
   bool exact = false;
-  // Per-tensor types, tried in order on each selected quantizable tensor: the first that
-  // matches decides its type, ahead of `type`. A rule that decides no tensor is an error.
+  // Per-tensor types. On each selected quantizable tensor they are tried in llama-quantize's
+  // order, each kind in the order given: kTokenEmbedding (except that a kPattern rule matching
+  // per_layer_token_embd.weight takes that one), kOutput on output.weight, kPattern, kOutput on
+  // tied token embeddings, kRoles. The first that matches decides the tensor's type, ahead of
+  // `type`. A rule that decides no tensor is an error.
   std::vector<TypeRule> rules = {};
 };
 
