@@ -432,6 +432,23 @@ TEST(requant_rules, cli_json_and_the_import_refusal) {
             "Try 'gguf-requant --help' for more information.\n");
 }
 
+// The notes of a run with several types name the types they are about.
+TEST(requant_rules, notes_name_the_types_they_are_about) {
+  TempDir dir;
+  const Model in = Model::open(write_f16_model(dir));
+  RequantOptions o;
+  o.type = GgmlType::Q4_0;
+  o.rules = {parse_tensor_type_rule("ffn_gate_exps=iq2_xxs"),
+             parse_tensor_type_rule("ffn_up_exps=iq1_s"), parse_role_type_rule("output=q8_K")};
+  const RequantResult r = requant(in, o);
+  EXPECT_EQ(r.notes,
+            (std::vector<std::string>{
+                "iq2_xxs and iq1_s need an importance matrix and none was given for some tensors: "
+                "using each matrix's column energy (sum of squared weights) instead",
+                "q8_K is a type ggml uses only for activations: llama.cpp loads this file but "
+                "crashes computing with its q8_K tensors"}));
+}
+
 // --keep-split writes the input's shards: the same tensors in each, a shard of metadata only
 // (llama-gguf-split --no-tensor-first-split) included.
 TEST(requant_rules, keep_split_writes_the_inputs_shards) {
