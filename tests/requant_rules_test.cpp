@@ -17,22 +17,15 @@
 #include "gguf/requant.h"
 #include "gguf/synth.h"
 #include "gguf/writer.h"
+#include "requant_fixture.h"
 
 namespace gguf {
 namespace {
 
 using testing::run_cli;
+using testing::small_moe_plan;
 using testing::TempDir;
-
-// 3 layers (layer 0 dense), 4 experts, shared experts, MLA attention; every tensor f16.
-std::string write_f16_model(const TempDir& dir, const std::string& name = "in.gguf") {
-  MoeSpec s;
-  s.n_layers = 3;
-  s.n_experts = 4;
-  s.vocab = 256;
-  return write_plan(synth_moe_plan(uniform_types(s, GgmlType::F16)), dir.file(name), {})
-      .paths.front();
-}
+using testing::write_f16_model;
 
 std::string read_file(const std::string& path) {
   std::ifstream f(path, std::ios::binary);
@@ -126,11 +119,7 @@ TEST(requant_rules, output_and_embedding_types_come_before_every_rule) {
 // --token-embedding-type and --tensor-type. A named override that decides nothing is a note.
 TEST(requant_rules, output_type_on_tied_embeddings) {
   TempDir dir;
-  MoeSpec s;
-  s.n_layers = 2;
-  s.n_experts = 2;
-  s.vocab = 256;
-  Plan plan = synth_moe_plan(uniform_types(s, GgmlType::F16));
+  Plan plan = small_moe_plan(GgmlType::F16, 2, 2);
   std::erase_if(plan.tensors, [](const PlanTensor& t) { return t.name == "output.weight"; });
   const Model in = Model::open(write_plan(plan, dir.file("tied.gguf"), {}).paths.front());
   const auto output = named_type_rule(TypeRule::Kind::kOutput, "--output-tensor-type", "q6_K");
@@ -342,13 +331,8 @@ TEST(requant_rules, a_block_size_that_does_not_fit_names_the_rule) {
 // --exact applies to each tensor's own target.
 TEST(requant_rules, exact_moves_each_tensor_to_its_rules_type) {
   TempDir dir;
-  MoeSpec s;
-  s.n_layers = 2;
-  s.n_experts = 2;
-  s.vocab = 256;
   const std::string in =
-      write_plan(synth_moe_plan(uniform_types(s, GgmlType::Q4_0)), dir.file("q4_0.gguf"), {})
-          .paths.front();
+      write_plan(small_moe_plan(GgmlType::Q4_0, 2, 2), dir.file("q4_0.gguf"), {}).paths.front();
   const auto cli =
       run_cli("gguf-requant", {in, "-o", dir.file("o.gguf"), "--exact", "--tensor-type",
                                "exps=q4_1", "--role-type", "attn-proj=f32", "--json"});
@@ -453,11 +437,7 @@ TEST(requant_rules, notes_name_the_types_they_are_about) {
 // (llama-gguf-split --no-tensor-first-split) included.
 TEST(requant_rules, keep_split_writes_the_inputs_shards) {
   TempDir dir;
-  MoeSpec s;
-  s.n_layers = 2;
-  s.n_experts = 2;
-  s.vocab = 256;
-  const Plan plan = synth_moe_plan(uniform_types(s, GgmlType::F16));
+  const Plan plan = small_moe_plan(GgmlType::F16, 2, 2);
   WriteOptions wo;
   wo.split_tensor_counts = {0, 5, plan.tensors.size() - 5};
   const auto in = write_plan(plan, dir.file("in.gguf"), wo);

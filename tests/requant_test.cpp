@@ -19,21 +19,14 @@
 #include "gguf/synth.h"
 #include "gguf/writer.h"
 #include "gguf_builder.h"
+#include "requant_fixture.h"
 
 namespace gguf {
 namespace {
 
 using testing::run_cli;
 using testing::TempDir;
-
-std::string write_f16_model(const TempDir& dir, const std::string& name = "in.gguf") {
-  MoeSpec s;
-  s.n_layers = 3;
-  s.n_experts = 4;
-  s.vocab = 256;
-  return write_plan(synth_moe_plan(uniform_types(s, GgmlType::F16)), dir.file(name), {})
-      .paths.front();
-}
+using testing::write_f16_model;
 
 std::vector<float> decode_all(const TensorRef& t) {
   std::vector<float> out(t.info->n_elements);
