@@ -26,6 +26,7 @@ using testing::run_cli;
 using testing::small_moe_plan;
 using testing::TempDir;
 using testing::write_f16_model;
+using testing::write_odd_row_model;
 
 std::string read_file(const std::string& path) {
   std::ifstream f(path, std::ios::binary);
@@ -314,11 +315,7 @@ TEST(requant_rules, bad_rules_are_usage_errors) {
 // A rule's type whose block does not fit a row: the error names the tensor and the rule.
 TEST(requant_rules, a_block_size_that_does_not_fit_names_the_rule) {
   TempDir dir;
-  Plan p;
-  p.metadata.set("general.architecture", Value::string("llama"));
-  auto data = std::make_shared<std::vector<uint8_t>>(96 * 4 * 4, 0);
-  p.tensors.push_back({"blk.0.attn_q.weight", 0, {96, 4}, data->size(), MemoryBytes{data}});
-  const Model in = Model::open(write_plan(p, dir.file("odd.gguf"), {}).paths.front());
+  const Model in = Model::open(write_odd_row_model(dir));
   RequantOptions o;
   o.type = GgmlType::Q8_0;
   o.rules = {parse_tensor_type_rule("attn_q=q4_K")};

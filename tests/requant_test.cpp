@@ -27,6 +27,7 @@ namespace {
 using testing::run_cli;
 using testing::TempDir;
 using testing::write_f16_model;
+using testing::write_odd_row_model;
 
 std::vector<float> decode_all(const TensorRef& t) {
   std::vector<float> out(t.info->n_elements);
@@ -413,11 +414,7 @@ TEST(requant, dry_run_refuses_an_output_directory_that_cannot_take_it) {
 
 TEST(requant, row_length_not_fitting_the_block_is_an_error_naming_the_tensor) {
   TempDir dir;
-  Plan p;
-  p.metadata.set("general.architecture", Value::string("llama"));
-  auto data = std::make_shared<std::vector<uint8_t>>(96 * 4 * 4, 0);
-  p.tensors.push_back({"blk.0.attn_q.weight", 0, {96, 4}, data->size(), MemoryBytes{data}});
-  const Model in = Model::open(write_plan(p, dir.file("odd.gguf"), {}).paths.front());
+  const Model in = Model::open(write_odd_row_model(dir));
   try {
     requant(in, {GgmlType::Q4_K, {}, nullptr, 1});
     FAIL() << "expected an error";
