@@ -240,7 +240,13 @@ TEST(requant_rules, a_rule_that_decides_no_tensor_is_an_error) {
   EXPECT_EQ(message({parse_tensor_type_rule(".=keep")}),
             path +
                 ": nothing to re-encode: the 35 selected tensors that can be re-encoded are "
-                "already at the types asked for, or kept");
+                "already at the types asked for, kept, or given no type");
+  // Only a named override that decides nothing (a note), and no --type.
+  EXPECT_EQ(message({named_type_rule(TypeRule::Kind::kOutput, "--output-tensor-type", "q8_0")},
+                    parse_selector({}, {"routed"}, {})),
+            path +
+                ": nothing to re-encode: the 6 selected tensors that can be re-encoded are "
+                "given no type: no rule decides one, and there is no --type");
   // Nothing is written by the binary either.
   const auto cli = run_cli("gguf-requant", {path, "-o", dir.file("o.gguf"), "--type", "q8_0",
                                             "--tensor-type", "ffn_dwn=q2_K"});

@@ -293,7 +293,7 @@ RequantResult requant(const Model& model, const RequantOptions& o) {
   const auto add_type = [](std::vector<GgmlType>& v, GgmlType t) {
     if (std::find(v.begin(), v.end(), t) == v.end()) v.push_back(t);
   };
-  size_t n_selected = 0, n_quantizable = 0, n_encoded = 0;
+  size_t n_selected = 0, n_quantizable = 0, n_encoded = 0, n_untyped = 0;
   // Per rule: the tensors it decides; a never-re-encoded tensor it matches; for a quantizable
   // tensor it matches that an earlier rule decides, that rule.
   struct RuleUse {
@@ -350,6 +350,7 @@ RequantResult requant(const Model& model, const RequantOptions& o) {
     n_selected += selected[i];
     n_quantizable += quantizable;
     n_encoded += encode;
+    n_untyped += quantizable && !decided_by && !o.type;
     if (!encode) {
       row.action = "copy";
     } else {
@@ -493,9 +494,11 @@ RequantResult requant(const Model& model, const RequantOptions& o) {
     std::string at;
     if (o.rules.empty())
       at = fmt::format("already {}", traits(*o.type).name);
+    else if (n_untyped == n_quantizable)
+      at = "given no type: no rule decides one, and there is no --type";
     else
       at = n_quantizable == 1 ? "already at the type asked for, or kept"
-                              : "already at the types asked for, or kept";
+                              : "already at the types asked for, kept, or given no type";
     throw Error(
         model.path(), {}, std::nullopt,
         n_quantizable == 0
