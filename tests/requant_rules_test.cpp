@@ -146,6 +146,15 @@ TEST(requant_rules, output_type_on_tied_embeddings) {
                          "--token-embedding-type 'q5_0' (the first rule that matches decides)"});
   o.rules = {output, parse_tensor_type_rule("token_embd=q4_0")};
   EXPECT_EQ(type_of(requant(in, o), "token_embd.weight"), "q4_0");
+  // --leave-output-tensor is about output.weight alone, as in llama-quantize.
+  TypeRule leave = named_type_rule(TypeRule::Kind::kOutput, "--leave-output-tensor", "keep");
+  leave.value.clear();
+  leave.tied = false;
+  o.rules = {leave};
+  r = requant(in, o);
+  EXPECT_EQ(type_of(r, "token_embd.weight"), "q8_0");
+  EXPECT_EQ(r.notes, std::vector<std::string>{"--leave-output-tensor decides no tensor's type: no "
+                                              "tensor is named output.weight"});
   // Not tied: the output rule is output.weight only, and a missing one is a note, not an error.
   const Model untied = Model::open(write_f16_model(dir));
   o.rules = {output};
@@ -246,7 +255,9 @@ TEST(requant_rules, a_rule_that_decides_no_tensor_is_an_error) {
                     parse_selector({}, {"routed"}, {})),
             path +
                 ": nothing to re-encode: the 6 selected tensors that can be re-encoded are "
-                "given no type: no rule decides one, and there is no --type");
+                "given no type: no rule decides one, and there is no --type "
+                "(--output-tensor-type 'q8_0' decides no tensor's type: no selected tensor "
+                "is named output.weight)");
   // Nothing is written by the binary either.
   const auto cli = run_cli("gguf-requant", {path, "-o", dir.file("o.gguf"), "--type", "q8_0",
                                             "--tensor-type", "ffn_dwn=q2_K"});

@@ -40,12 +40,13 @@ int main(int argc, char** argv) {
         "llama-quantize's (repeatable: the first that matches decides; TYPE 'keep' copies)")(
         "role-type", po::value(&role_types)->composing(),
         "ROLE[,ROLE...]=TYPE: tensors of these roles get TYPE (repeatable, after --tensor-type; "
-        "e.g. routed-down=q2_K)")("output-tensor-type", po::value(&output_type),
-                                  "the output tensor's type (tried before every other rule)")(
+        "e.g. routed-down=q2_K)")(
+        "output-tensor-type", po::value(&output_type),
+        "the type of output.weight (or, with tied embeddings, of the token embedding)")(
         "token-embedding-type", po::value(&embedding_type),
-        "the token embedding's type (tried next)")(
+        "the type of token_embd.weight and per_layer_token_embd.weight (tried first)")(
         "leave-output-tensor", po::bool_switch(&leave_output),
-        "copy the output tensor as it is (as --output-tensor-type keep)")(
+        "copy output.weight as it is (as --output-tensor-type keep)")(
         "imatrix", po::value(&imatrix_path), "importance matrix (llama.cpp .dat or GGUF imatrix)")(
         "exact", po::bool_switch(&exact),
         "re-encode only where every value stays the same number (to f32; to f16/bf16 when "
@@ -136,6 +137,7 @@ int main(int argc, char** argv) {
       rules.push_back(
           gguf::named_type_rule(gguf::TypeRule::Kind::kOutput, "--leave-output-tensor", "keep"));
       rules.back().value.clear();  // a flag: described by its name alone
+      rules.back().tied = false;   // output.weight alone, as in llama-quantize
     }
     if (vm.count("output-tensor-type"))
       rules.push_back(gguf::named_type_rule(gguf::TypeRule::Kind::kOutput, "--output-tensor-type",

@@ -171,7 +171,7 @@ int rule_phase(const TypeRule& rule, std::string_view name, const TensorName& tn
     case Kind::kOutput:
       if (name == kOutputName) return 1;
       // Tied embeddings: the token embedding is the output too, after the manual overrides.
-      if (tied && is_token_embedding_name(name)) return 3;
+      if (tied && rule.tied && is_token_embedding_name(name)) return 3;
       return -1;
     case Kind::kPattern:
       return regex_found(name, *rule.regex, rule.pattern, rule.option, true) ? 2 : -1;
@@ -202,9 +202,10 @@ std::string unmatched(const TypeRule& rule, bool tied) {
     case TypeRule::Kind::kRoles:
       return fmt::format("has role {}", role_list(rule.roles));
     case TypeRule::Kind::kOutput:
-      return tied ? "is named output.weight, nor (the model's output being its token embedding) "
-                    "token_embd.weight or per_layer_token_embd.weight"
-                  : "is named output.weight";
+      return tied && rule.tied
+                 ? "is named output.weight, nor (the model's output being its token embedding) "
+                   "token_embd.weight or per_layer_token_embd.weight"
+                 : "is named output.weight";
     case TypeRule::Kind::kTokenEmbedding:
       return "is named token_embd.weight or per_layer_token_embd.weight";
   }
@@ -460,6 +461,7 @@ RequantResult requant(const Model& model, const RequantOptions& o) {
   // architecture does not have, a rule hidden behind an earlier one): say which. llama-quantize's
   // two named overrides are given to every model alike (one has no output.weight, another has
   // token_embd decided by --token-embedding-type): a note for them.
+  std::vector<std::string> unused_named;
   for (size_t k = 0; k < o.rules.size(); ++k) {
     if (uses[k].decided) continue;
     const TypeRule& rule = o.rules[k];
@@ -480,7 +482,7 @@ RequantResult requant(const Model& model, const RequantOptions& o) {
                         unmatched(rule, tied));
     std::string message = fmt::format("{} decides no tensor's type: {}", rule.describe(), why);
     if (rule.kind == TypeRule::Kind::kOutput || rule.kind == TypeRule::Kind::kTokenEmbedding)
-      r.notes.push_back(std::move(message));
+      unused_named.push_back(std::move(message));
     else
       throw Error(model.path(), {}, std::nullopt, std::move(message));
   }
@@ -506,9 +508,13 @@ RequantResult requant(const Model& model, const RequantOptions& o) {
                           "biases, norms, the router, integer tensors and the small weights "
                           "llama-quantize keeps are always copied)",
                           the(n_selected), n_selected == 1 ? "is" : "are")
-            : fmt::format("nothing to re-encode: {} that can be re-encoded {} {}",
-                          the(n_quantizable), n_quantizable == 1 ? "is" : "are", at));
+            : fmt::format("nothing to re-encode: {} that can be re-encoded {} {}{}",
+                          the(n_quantizable), n_quantizable == 1 ? "is" : "are", at,
+                          unused_named.empty()
+                              ? std::string()
+                              : fmt::format(" ({})", fmt::join(unused_named, "; "))));
   }
+  for (auto& note : unused_named) r.notes.push_back(std::move(note));
   if (!energy_types.empty())
     r.notes.push_back(
         fmt::format("{} {} an importance matrix and none was given for some tensors: using each "

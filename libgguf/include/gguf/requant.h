@@ -36,6 +36,9 @@ struct TypeRule {
   std::optional<std::regex> regex;
   std::vector<Role> roles;       // kRoles
   std::optional<GgmlType> type;  // nullopt: "keep", copy the tensor as it is
+  // kOutput: also the token embedding of a model without output.weight (false for
+  // --leave-output-tensor, which is about output.weight alone).
+  bool tied = true;
 
   // "--tensor-type 'ffn_down_exps=q2_K'", for messages (the value as typed; control
   // characters escaped).
