@@ -163,6 +163,37 @@ TEST(LlamaE2E, Ds4RecipeRuns) {
   EXPECT_EQ(run_model(dir.file("one.gguf")).logits, r.logits);
 }
 
+// A model without output.weight computes its logits with the token embedding (tied
+// embeddings): --output-tensor-type gives that table its type, as llama-quantize does, and
+// llama.cpp computes what a model built with those types directly computes.
+TEST(LlamaE2E, OutputTypeOnTiedEmbeddingsRuns) {
+  GGUF_REQUIRE_LLAMA();
+  TempDir dir;
+  const auto write_tied = [](const LlamaMoeSpec& spec, const std::string& path) {
+    Plan plan = synth_llama_moe_plan(spec);
+    std::erase_if(plan.tensors, [](const PlanTensor& t) { return t.name == "output.weight"; });
+    write_plan(plan, path, {});
+  };
+  LlamaMoeSpec spec;
+  write_tied(spec, dir.file("f32.gguf"));
+  const auto cli =
+      run_cli("gguf-requant", {dir.file("f32.gguf"), "-o", dir.file("q.gguf"), "--type", "q4_0",
+                               "--output-tensor-type", "q8_0", "--json"});
+  ASSERT_EQ(cli.code, 0) << cli.err;
+  for (const auto& t : nlohmann::json::parse(cli.out)["tensors"]) {
+    if (t["name"] == "token_embd.weight") {
+      EXPECT_EQ(t["type_after"], "q8_0");
+    }
+  }
+  const auto r = run_model(dir.file("q.gguf"));
+  expect_finite_and_varied(r.logits, spec.vocab);
+  LlamaMoeSpec direct = spec;
+  direct.weights = GgmlType::Q4_0;
+  direct.types["token_embd.weight"] = GgmlType::Q8_0;
+  write_tied(direct, dir.file("direct.gguf"));
+  EXPECT_EQ(r.logits, run_model(dir.file("direct.gguf")).logits);
+}
+
 // The recipe's splice: routed experts of the last layer taken byte for byte from a q8_0 donor
 // into a q4_0 base give exactly the model one would have built with those types directly
 // (same tensors, so llama.cpp computes bit-identical logits), and differ from both inputs.
