@@ -169,6 +169,18 @@ TEST(splice_cli, dry_run_of_a_split_set_predicts_its_size) {
   EXPECT_GT(j["outputs"].size(), 1u);
   EXPECT_EQ(j["bytes_after"], total);
   EXPECT_EQ(planned, total);
+  // The text report gives the same size.
+  auto text = args;
+  std::erase(text, "--json");
+  text.push_back("--force");
+  r = splice_cli(text);
+  ASSERT_EQ(r.code, 0) << r.err;
+  const uint64_t before = j["bytes_before"].get<uint64_t>();
+  const std::string delta = total > before ? "+" + cli::human_bytes(total - before)
+                                           : "-" + cli::human_bytes(before - total);
+  EXPECT_NE(r.out.find(fmt::format("-> {} ({})\n", cli::human_bytes(total), delta)),
+            std::string::npos)
+      << r.out;
 }
 
 TEST(splice_cli, refusals_and_their_exit_codes) {

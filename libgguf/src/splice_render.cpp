@@ -46,8 +46,10 @@ std::string render_splice_text(const SpliceResult& r, const WriteResult* written
   out += fmt::format("tensor data: {} -> {} ({})\n", cli::human_bytes(r.tensor_bytes_before),
                      cli::human_bytes(r.tensor_bytes_after),
                      signed_bytes(r.tensor_bytes_before, r.tensor_bytes_after));
+  // What was written (a split set's shards each have a header), else what the plan says.
+  const uint64_t after = written ? written->bytes : r.bytes_after;
   out += fmt::format("file size:   {} -> {} ({})\n", cli::human_bytes(r.bytes_before),
-                     cli::human_bytes(r.bytes_after), signed_bytes(r.bytes_before, r.bytes_after));
+                     cli::human_bytes(after), signed_bytes(r.bytes_before, after));
   if (r.file_type_before || r.file_type_after)
     out += fmt::format("general.file_type: {} -> {}\n", ftype_text(r.file_type_before),
                        ftype_text(r.file_type_after));
