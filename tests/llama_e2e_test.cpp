@@ -180,11 +180,15 @@ TEST(LlamaE2E, OutputTypeOnTiedEmbeddingsRuns) {
       run_cli("gguf-requant", {dir.file("f32.gguf"), "-o", dir.file("q.gguf"), "--type", "q4_0",
                                "--output-tensor-type", "q8_0", "--json"});
   ASSERT_EQ(cli.code, 0) << cli.err;
-  for (const auto& t : nlohmann::json::parse(cli.out)["tensors"]) {
+  size_t embeddings = 0;
+  const auto report = nlohmann::json::parse(cli.out);  // outlives the loop
+  for (const auto& t : report["tensors"]) {
     if (t["name"] == "token_embd.weight") {
+      ++embeddings;
       EXPECT_EQ(t["type_after"], "q8_0");
     }
   }
+  EXPECT_EQ(embeddings, 1u);
   const auto r = run_model(dir.file("q.gguf"));
   expect_finite_and_varied(r.logits, spec.vocab);
   LlamaMoeSpec direct = spec;

@@ -147,10 +147,7 @@ TEST(requant_rules, output_type_on_tied_embeddings) {
   o.rules = {output, parse_tensor_type_rule("token_embd=q4_0")};
   EXPECT_EQ(type_of(requant(in, o), "token_embd.weight"), "q4_0");
   // --leave-output-tensor is about output.weight alone, as in llama-quantize.
-  TypeRule leave = named_type_rule(TypeRule::Kind::kOutput, "--leave-output-tensor", "keep");
-  leave.value.clear();
-  leave.tied = false;
-  o.rules = {leave};
+  o.rules = {leave_output_tensor_rule()};
   r = requant(in, o);
   EXPECT_EQ(type_of(r, "token_embd.weight"), "q8_0");
   EXPECT_EQ(r.notes, std::vector<std::string>{"--leave-output-tensor decides no tensor's type: no "
@@ -164,6 +161,64 @@ TEST(requant_rules, output_type_on_tied_embeddings) {
   EXPECT_EQ(r.notes.back(),
             "--output-tensor-type 'q6_K' decides no tensor's type: no selected tensor is named "
             "output.weight");
+}
+
+// per_layer_token_embd.weight (Gemma 3n's second embedding table) follows the token
+// embedding's rules, but a --tensor-type that names it takes it; with tied embeddings the
+// output type reaches it after the --tensor-type rules.
+TEST(requant_rules, per_layer_token_embedding_follows_llama_quantize) {
+  TempDir dir;
+  const auto model = [&](bool tied, const std::string& name) {
+    Plan plan = small_moe_plan(GgmlType::F16, 2, 2);
+    if (tied)
+      std::erase_if(plan.tensors, [](const PlanTensor& t) { return t.name == "output.weight"; });
+    auto data = std::make_shared<std::vector<uint8_t>>(256 * 64 * 2, 0);
+    plan.tensors.push_back(
+        {"per_layer_token_embd.weight", 1, {256, 64}, data->size(), MemoryBytes{data}});
+    return Model::open(write_plan(plan, dir.file(name), {}).paths.front());
+  };
+  const auto types = [](const Model& m, std::vector<TypeRule> rules) {
+    RequantOptions o;
+    o.type = GgmlType::Q4_0;
+    o.rules = std::move(rules);
+    std::map<std::string, std::string> out;
+    for (const auto& row : requant(m, o).rows)
+      out[row.name] = fmt::format("{} {}", type_name(row.type_after), row.rule);
+    return std::make_pair(out["token_embd.weight"], out["per_layer_token_embd.weight"]);
+  };
+  const auto embd =
+      named_type_rule(TypeRule::Kind::kTokenEmbedding, "--token-embedding-type", "q5_0");
+  const auto output = named_type_rule(TypeRule::Kind::kOutput, "--output-tensor-type", "q6_K");
+  const auto named = parse_tensor_type_rule("^per_layer=q8_0");
+  const Model plain = model(false, "plain.gguf"), tied = model(true, "tied.gguf");
+  using P = std::pair<std::string, std::string>;
+  EXPECT_EQ(types(plain, {embd}),
+            (P{"q5_0 --token-embedding-type 'q5_0'", "q5_0 --token-embedding-type 'q5_0'"}));
+  EXPECT_EQ(types(plain, {embd, named}),
+            (P{"q5_0 --token-embedding-type 'q5_0'", "q8_0 --tensor-type '^per_layer=q8_0'"}));
+  EXPECT_EQ(types(tied, {output}),
+            (P{"q6_K --output-tensor-type 'q6_K'", "q6_K --output-tensor-type 'q6_K'"}));
+  EXPECT_EQ(types(tied, {output, named}),
+            (P{"q6_K --output-tensor-type 'q6_K'", "q8_0 --tensor-type '^per_layer=q8_0'"}));
+  EXPECT_EQ(types(plain, {output}), (P{"q4_0 ", "q4_0 "}));  // not tied: output.weight alone
+  // Where it finds nothing, the note says what it looked for.
+  RequantOptions o;
+  o.type = GgmlType::Q4_0;
+  o.rules = {output};
+  o.selector = parse_selector({}, {"routed"}, {});
+  const auto notes = requant(tied, o).notes;
+  ASSERT_FALSE(notes.empty());
+  EXPECT_EQ(notes.back(),
+            "--output-tensor-type 'q6_K' decides no tensor's type: no selected tensor is named "
+            "output.weight, nor (the model's output being its token embedding) token_embd.weight "
+            "or per_layer_token_embd.weight");
+  // A pattern that takes the per-layer table is named when the embedding rule is left without.
+  o.rules = {embd, named};
+  o.selector = parse_selector({}, {}, {"per_layer_token_embd\\.weight"});
+  EXPECT_EQ(requant(plain, o).notes.back(),
+            "--token-embedding-type 'q5_0' decides no tensor's type: every tensor it matches that "
+            "can be re-encoded is given its type by an earlier rule, --tensor-type "
+            "'^per_layer=q8_0' (the first rule that matches decides)");
 }
 
 // The options' order on the command line does not change the order rules are tried in.
@@ -249,7 +304,7 @@ TEST(requant_rules, a_rule_that_decides_no_tensor_is_an_error) {
   EXPECT_EQ(message({parse_tensor_type_rule(".=keep")}),
             path +
                 ": nothing to re-encode: the 35 selected tensors that can be re-encoded are "
-                "already at the types asked for, kept, or given no type");
+                "already at the types asked for, or kept");
   // Only a named override that decides nothing (a note), and no --type.
   EXPECT_EQ(message({named_type_rule(TypeRule::Kind::kOutput, "--output-tensor-type", "q8_0")},
                     parse_selector({}, {"routed"}, {})),
@@ -322,6 +377,10 @@ TEST(requant_rules, bad_rules_are_usage_errors) {
   EXPECT_EQ(tensor("attn=i32"), "--tensor-type 'attn=i32': no encoder for i32 yet");
   EXPECT_EQ(usage([] { named_type_rule(TypeRule::Kind::kOutput, "--output-tensor-type", "f64"); }),
             "--output-tensor-type 'f64': no encoder for f64 yet");
+  EXPECT_EQ(run_cli("gguf-requant",
+                    {"/nonexistent.gguf", "--dry-run", "--type", "", "--tensor-type", "exps=q4_0"})
+                .code,
+            2);
   const auto cli = run_cli("gguf-requant", {"/nonexistent.gguf", "--dry-run", "--type", "i8"});
   EXPECT_EQ(cli.code, 2);
   EXPECT_EQ(cli.err,
@@ -407,12 +466,16 @@ TEST(requant_rules, cli_json_and_the_import_refusal) {
   res = run_cli("gguf-requant",
                 {in, "--dry-run", "--json", "--type", "q8_0", "--leave-output-tensor"});
   ASSERT_EQ(res.code, 0) << res.err;
-  for (const auto& t : nlohmann::json::parse(res.out)["tensors"]) {
+  size_t outputs = 0;
+  const auto report = nlohmann::json::parse(res.out);  // outlives the loop
+  for (const auto& t : report["tensors"]) {
     if (t["name"] != "output.weight") continue;
+    ++outputs;
     EXPECT_EQ(t["type_after"], "f16");
     EXPECT_EQ(t["action"], "copy");
     EXPECT_EQ(t["rule"], "--leave-output-tensor");
   }
+  EXPECT_EQ(outputs, 1u);
   res = run_cli("gguf-requant", {in, "--dry-run", "--type", "q8_0", "--leave-output-tensor",
                                  "--output-tensor-type", "q6_K"});
   EXPECT_EQ(res.code, 2);
@@ -452,45 +515,70 @@ TEST(requant_rules, notes_name_the_types_they_are_about) {
 TEST(requant_rules, keep_split_writes_the_inputs_shards) {
   TempDir dir;
   const Plan plan = small_moe_plan(GgmlType::F16, 2, 2);
+  const uint64_t n = plan.tensors.size();
+  // Shards of metadata only first, in the middle and last.
+  const std::vector<uint64_t> counts = {0, 5, 0, n - 5, 0};
   WriteOptions wo;
-  wo.split_tensor_counts = {0, 5, plan.tensors.size() - 5};
+  wo.split_tensor_counts = counts;
   const auto in = write_plan(plan, dir.file("in.gguf"), wo);
-  ASSERT_EQ(in.paths.size(), 3u);
-  EXPECT_EQ(shard_tensor_counts(Model::open(in.paths.front())),
-            (std::vector<uint64_t>{0, 5, plan.tensors.size() - 5}));
+  ASSERT_EQ(in.paths.size(), 5u);
+  const Model src = Model::open(in.paths.front());
+  EXPECT_EQ(shard_tensor_counts(src), counts);
+  for (const auto& shard : src.shards())
+    EXPECT_EQ(shard->metadata().get_uint("split.tensors.count"), n);
   for (const std::string tool : {"gguf-requant", "gguf-splice"}) {
     SCOPED_TRACE(tool);
-    const std::vector<std::string> args =
+    const std::string out = dir.file(tool == "gguf-requant" ? "r.gguf" : "s.gguf");
+    std::vector<std::string> args =
         tool == "gguf-requant"
-            ? std::vector<std::string>{in.paths.front(), "-o",   dir.file("r.gguf"),
-                                       "--type",         "q8_0", "--keep-split"}
-            : std::vector<std::string>{
-                  in.paths.front(), "--donor", in.paths.front(),   "--layers",    "1",
-                  "--force-arch",   "-o",      dir.file("s.gguf"), "--keep-split"};
+            ? std::vector<std::string>{in.paths.front(), "-o", out, "--type", "q8_0"}
+            : std::vector<std::string>{in.paths.front(),
+                                       "--donor",
+                                       in.paths.front(),
+                                       "--layers",
+                                       "1",
+                                       "--force-arch",
+                                       "-o",
+                                       out};
+    args.insert(args.end(), {"--keep-split", "--json"});
+    auto dry = args;
+    dry.push_back("--dry-run");
+    const auto planned = run_cli(tool, dry);
+    ASSERT_EQ(planned.code, 0) << planned.err;
     const auto r = run_cli(tool, args);
     ASSERT_EQ(r.code, 0) << r.err;
-    const std::string first =
-        dir.file(tool == "gguf-requant" ? "r-00001-of-00003.gguf" : "s-00001-of-00003.gguf");
-    const Model out = Model::open(first);
-    ASSERT_EQ(out.shards().size(), 3u);
-    const Model src = Model::open(in.paths.front());
-    ASSERT_EQ(out.tensors().size(), src.tensors().size());
-    for (size_t i = 0; i < out.tensors().size(); ++i) {
-      EXPECT_EQ(out.tensors()[i].name(), src.tensors()[i].name());
-      EXPECT_EQ(out.tensors()[i].shard, src.tensors()[i].shard);
-    }
+    const auto j = nlohmann::json::parse(r.out);
+    ASSERT_EQ(j["outputs"].size(), 5u);
+    uint64_t total = 0;
+    for (const auto& p : j["outputs"]) total += std::filesystem::file_size(p.get<std::string>());
+    EXPECT_EQ(nlohmann::json::parse(planned.out)["bytes_after"], total);
+    const Model written = Model::open(j["outputs"][0].get<std::string>());
+    EXPECT_EQ(shard_tensor_counts(written), counts);
+    ASSERT_EQ(written.tensors().size(), src.tensors().size());
+    for (size_t i = 0; i < written.tensors().size(); ++i)
+      EXPECT_EQ(written.tensors()[i].name(), src.tensors()[i].name());
   }
   // A single file stays a single file; the limits exclude it.
   auto r = run_cli("gguf-requant", {write_f16_model(dir), "-o", dir.file("one.gguf"), "--type",
                                     "q8_0", "--keep-split", "--json"});
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_EQ(nlohmann::json::parse(r.out)["outputs"], nlohmann::json::array({dir.file("one.gguf")}));
-  r = run_cli("gguf-requant", {dir.file("r-00001-of-00003.gguf"), "--dry-run", "--type", "q4_0",
-                               "--keep-split", "--split-max-tensors", "4"});
+  r = run_cli("gguf-requant", {in.paths.front(), "--dry-run", "--type", "q4_0", "--keep-split",
+                               "--split-max-tensors", "4"});
   EXPECT_EQ(r.code, 2);
   EXPECT_EQ(r.err,
             "gguf-requant: error: --keep-split excludes --split-max-size and --split-max-tensors\n"
             "Try 'gguf-requant --help' for more information.\n");
+  // The writer refuses counts that do not cover the plan, or that come with a limit.
+  wo.split_tensor_counts = {1, n};
+  EXPECT_EQ(error_of([&] { check_plan(plan, dir.file("x.gguf"), wo); }),
+            fmt::format("{}: write_plan: split_tensor_counts cover {} tensors, the plan has {}",
+                        dir.file("x.gguf"), n + 1, n));
+  wo.split_tensor_counts = counts;
+  wo.split_max_tensors = 3;
+  EXPECT_EQ(error_of([&] { check_plan(plan, dir.file("x.gguf"), wo); }),
+            dir.file("x.gguf") +
+                ": write_plan: split_tensor_counts excludes split_max_size and split_max_tensors");
 }
 
 }  // namespace

@@ -40,9 +40,9 @@ int main(int argc, char** argv) {
         "llama-quantize's (repeatable: the first that matches decides; TYPE 'keep' copies)")(
         "role-type", po::value(&role_types)->composing(),
         "ROLE[,ROLE...]=TYPE: tensors of these roles get TYPE (repeatable, after --tensor-type; "
-        "e.g. routed-down=q2_K)")(
-        "output-tensor-type", po::value(&output_type),
-        "the type of output.weight (or, with tied embeddings, of the token embedding)")(
+        "e.g. routed-down=q2_K)")("output-tensor-type", po::value(&output_type),
+                                  "the type of output.weight (before --tensor-type; with tied "
+                                  "embeddings: of the token embedding, after --tensor-type)")(
         "token-embedding-type", po::value(&embedding_type),
         "the type of token_embd.weight and per_layer_token_embd.weight (tried first)")(
         "leave-output-tensor", po::bool_switch(&leave_output),
@@ -128,16 +128,13 @@ int main(int argc, char** argv) {
     if (exact && !imatrix_path.empty())
       gguf::usage_error("--imatrix has no use with --exact: exact paths quantize nothing");
     const gguf::Selector selector = sel.parse();
-    // Per-tensor types, in the order they are tried: llama-quantize's output and token
-    // embedding overrides come first, then --tensor-type, then --role-type.
+    // Per-tensor types; the library tries them in llama-quantize's order (RequantOptions::rules),
+    // each kind in the order given.
     std::vector<gguf::TypeRule> rules;
     if (leave_output && vm.count("output-tensor-type"))
       gguf::usage_error("--leave-output-tensor and --output-tensor-type exclude each other");
     if (leave_output) {
-      rules.push_back(
-          gguf::named_type_rule(gguf::TypeRule::Kind::kOutput, "--leave-output-tensor", "keep"));
-      rules.back().value.clear();  // a flag: described by its name alone
-      rules.back().tied = false;   // output.weight alone, as in llama-quantize
+      rules.push_back(gguf::leave_output_tensor_rule());
     }
     if (vm.count("output-tensor-type"))
       rules.push_back(gguf::named_type_rule(gguf::TypeRule::Kind::kOutput, "--output-tensor-type",

@@ -167,6 +167,8 @@ int rule_phase(const TypeRule& rule, std::string_view name, const TensorName& tn
       if (name == "token_embd.weight" ||
           (name == "per_layer_token_embd.weight" && !pattern_matched))
         return 0;
+      // (After the pattern that takes it, so that a message names that rule.)
+      if (name == "per_layer_token_embd.weight") return 3;
       return -1;
     case Kind::kOutput:
       if (name == kOutputName) return 1;
@@ -249,6 +251,13 @@ TypeRule parse_role_type_rule(std::string_view value) {
   return r;
 }
 
+TypeRule leave_output_tensor_rule() {
+  TypeRule r = named_type_rule(TypeRule::Kind::kOutput, "--leave-output-tensor", "keep");
+  r.value.clear();  // a flag: described by its name alone
+  r.tied = false;   // output.weight alone, as in llama-quantize
+  return r;
+}
+
 TypeRule named_type_rule(TypeRule::Kind kind, std::string_view option, std::string_view type) {
   TypeRule r;
   r.kind = kind;
@@ -268,6 +277,12 @@ RequantResult requant(const Model& model, const RequantOptions& o) {
         "--tensor-type PATTERN=TYPE");
   if (o.type && !can_encode(*o.type))
     usage_error(fmt::format("--type {}: no encoder for this type yet", traits(*o.type).name));
+  for (const TypeRule& rule : o.rules)
+    if (rule.kind == TypeRule::Kind::kPattern && !rule.regex)
+      throw Error(fmt::format("requant: {} has no compiled pattern (build it with "
+                              "parse_tensor_type_rule)",
+                              rule.describe()),
+                  Error::Kind::kUsage);
   for (const TypeRule& rule : o.rules)
     if (rule.type && !can_encode(*rule.type))
       usage_error(
@@ -498,21 +513,22 @@ RequantResult requant(const Model& model, const RequantOptions& o) {
       at = fmt::format("already {}", traits(*o.type).name);
     else if (n_untyped == n_quantizable)
       at = "given no type: no rule decides one, and there is no --type";
-    else
+    else if (o.type || n_untyped == 0)
       at = n_quantizable == 1 ? "already at the type asked for, or kept"
-                              : "already at the types asked for, kept, or given no type";
+                              : "already at the types asked for, or kept";
+    else
+      at = "already at the types asked for, kept, or given no type";
+    const std::string notes =
+        unused_named.empty() ? std::string() : fmt::format(" ({})", fmt::join(unused_named, "; "));
     throw Error(
         model.path(), {}, std::nullopt,
         n_quantizable == 0
             ? fmt::format("nothing to re-encode: {} {} never re-encoded (1-D tensors, "
                           "biases, norms, the router, integer tensors and the small weights "
-                          "llama-quantize keeps are always copied)",
-                          the(n_selected), n_selected == 1 ? "is" : "are")
+                          "llama-quantize keeps are always copied){}",
+                          the(n_selected), n_selected == 1 ? "is" : "are", notes)
             : fmt::format("nothing to re-encode: {} that can be re-encoded {} {}{}",
-                          the(n_quantizable), n_quantizable == 1 ? "is" : "are", at,
-                          unused_named.empty()
-                              ? std::string()
-                              : fmt::format(" ({})", fmt::join(unused_named, "; "))));
+                          the(n_quantizable), n_quantizable == 1 ? "is" : "are", at, notes));
   }
   for (auto& note : unused_named) r.notes.push_back(std::move(note));
   if (!energy_types.empty())

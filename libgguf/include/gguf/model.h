@@ -54,9 +54,10 @@ class Model {
   std::unordered_map<std::string, size_t> index_;
 };
 
-// How many tensors each shard holds, in order ({n} for a single file): the
-// WriteOptions::split_tensor_counts that write a plan of the model's tensors, in the model's
-// order, in the same shards (--keep-split).
+// How many tensors each shard holds, in order: the WriteOptions::split_tensor_counts that
+// write a plan of the model's tensors, in the model's order, in the same shards (--keep-split).
+// A single file gives {n}, which would write a set of one shard (OUT-00001-of-00001.gguf): the
+// tools pass it only for a model of several shards.
 std::vector<uint64_t> shard_tensor_counts(const Model& model);
 
 // Indices into model.tensors() that the selector picks (all when it is empty); roles are

@@ -40,8 +40,8 @@ struct TypeRule {
   // --leave-output-tensor, which is about output.weight alone).
   bool tied = true;
 
-  // "--tensor-type 'ffn_down_exps=q2_K'", for messages (the value as typed; control
-  // characters escaped).
+  // "--tensor-type 'ffn_down_exps=q2_K'", for messages (the value as typed, through
+  // terminal_safe).
   std::string describe() const;
 };
 
@@ -54,6 +54,8 @@ TypeRule parse_role_type_rule(std::string_view value);
 // --output-tensor-type TYPE (kind kOutput) or --token-embedding-type TYPE (kTokenEmbedding);
 // `option` names it in messages.
 TypeRule named_type_rule(TypeRule::Kind kind, std::string_view option, std::string_view type);
+// --leave-output-tensor: output.weight kept as it is (never a tied model's token embedding).
+TypeRule leave_output_tensor_rule();
 
 struct RequantOptions {
   // The type of every selected quantizable tensor that no rule decides; nullopt: such tensors
@@ -68,7 +70,8 @@ struct RequantOptions {
   // order, each kind in the order given: kTokenEmbedding (except that a kPattern rule matching
   // per_layer_token_embd.weight takes that one), kOutput on output.weight, kPattern, kOutput on
   // tied token embeddings, kRoles. The first that matches decides the tensor's type, ahead of
-  // `type`. A rule that decides no tensor is an error.
+  // `type`. A kPattern or kRoles rule that decides no tensor is an error; for kOutput and
+  // kTokenEmbedding it is a note (part of the error when nothing is left to re-encode).
   std::vector<TypeRule> rules = {};
 };
 
