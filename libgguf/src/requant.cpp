@@ -163,13 +163,10 @@ int rule_phase(const TypeRule& rule, std::string_view name, const TensorName& tn
   using Kind = TypeRule::Kind;
   switch (rule.kind) {
     case Kind::kTokenEmbedding:
-      // llama-quantize lets a --tensor-type that names the large per-layer table take it.
-      if (name == "token_embd.weight" ||
-          (name == "per_layer_token_embd.weight" && !pattern_matched))
-        return 0;
-      // (After the pattern that takes it, so that a message names that rule.)
-      if (name == "per_layer_token_embd.weight") return 3;
-      return -1;
+      if (!is_token_embedding_name(name)) return -1;
+      // llama-quantize lets a --tensor-type that names the large per-layer table take it (the
+      // rule then comes after that pattern, so that a message names it).
+      return name == "per_layer_token_embd.weight" && pattern_matched ? 3 : 0;
     case Kind::kOutput:
       if (name == kOutputName) return 1;
       // Tied embeddings: the token embedding is the output too, after the manual overrides.
