@@ -575,7 +575,7 @@ TEST(diff, f64_i32_and_i64_tensors_are_measured_in_double) {
     EXPECT_EQ(t.metrics->max_abs_diff(), mx);
     EXPECT_NEAR(t.metrics->rel(), std::sqrt(d2 / b2), 1e-12 * std::sqrt(d2 / b2));
     EXPECT_NEAR(t.metrics->snr_db(), 10 * std::log10(b2 / d2), 1e-9);
-    EXPECT_NEAR(t.metrics->cosine(), dot / std::sqrt(b2 * x2), 1e-12);
+    EXPECT_NEAR(t.metrics->cosine(), dot / (std::sqrt(b2) * std::sqrt(x2)), 1e-12);
   };
   check("f64.weight", fa, fb);
   check("i32.weight", ia, ib);
@@ -596,6 +596,74 @@ TEST(diff, f64_i32_and_i64_tensors_are_measured_in_double) {
   EXPECT_EQ(t.metrics->count, 62u);
   EXPECT_EQ(t.metrics->nonfinite(), 0u);
   EXPECT_TRUE(std::isfinite(t.metrics->rel()) && std::isfinite(t.metrics->cosine()));
+}
+
+// f64 sums far apart overflow as a product (1e8 x 1e302), and sums of many huge squares
+// overflow themselves: the cosine stays right in the first case, and no metric built on an
+// infinite sum reads as 0 (orthogonal), 1 or infinity in the second.
+TEST(diff, metrics_survive_norms_far_apart_and_overflowed_sums) {
+  const auto bytes_of = [](const std::vector<double>& v) {
+    std::vector<uint8_t> out(v.size() * sizeof(double));
+    std::memcpy(out.data(), v.data(), out.size());
+    return out;
+  };
+  std::vector<float> small(64);
+  std::vector<double> scaled(64), near_limit(64);
+  for (size_t i = 0; i < 64; ++i) {
+    small[i] = static_cast<float>(1000.0 + 37.0 * static_cast<double>(i % 11));
+    scaled[i] = 1e150 * small[i];  // parallel to A: cosine 1
+    near_limit[i] = (i % 8 == 0 ? 3e153 : -1.5e153) * (i < 32 ? 1 : -1);
+  }
+  Fixture a, b;
+  a.tensors.clear(), b.tensors.clear();
+  a.tensors.push_back({"blk.5.attn_q.weight", kF32, {8, 8}, f32_bytes(small)});
+  b.tensors.push_back({"blk.5.attn_q.weight", 28, {8, 8}, bytes_of(scaled)});
+  // Each square is finite (9e306) but their sum is not.
+  a.tensors.push_back({"blk.5.attn_k.weight", kF32, {8, 8}, f32_bytes(small)});
+  b.tensors.push_back({"blk.5.attn_k.weight", 28, {8, 8}, bytes_of(near_limit)});
+  DiffOptions o;
+  o.values = true;
+  const DiffReport r = diff(a, b, o);
+  const ErrorMetrics& q = *find(r, "blk.5.attn_q.weight").metrics;
+  EXPECT_EQ(q.too_large, 0u);
+  ASSERT_TRUE(std::isfinite(q.sum_sq_x));
+  EXPECT_NEAR(q.cosine(), 1.0, 1e-12);
+  EXPECT_GT(q.rel(), 1e149);
+  const ErrorMetrics& k = *find(r, "blk.5.attn_k.weight").metrics;
+  EXPECT_EQ(k.too_large, 0u);
+  EXPECT_EQ(k.count, 64u);
+  ASSERT_TRUE(std::isinf(k.sum_sq_x));
+  EXPECT_TRUE(std::isnan(k.cosine())) << k.cosine();
+  // Pooled in a group, the first tensor's cosine against a plain f32 pair: the sums of
+  // squares are 1e8-ish and 1e302-ish, and the pooled cosine is their true ratio.
+  ASSERT_EQ(r.by_role.size(), 1u);
+  EXPECT_TRUE(std::isnan(r.by_role[0].metrics.cosine()));  // k's infinite sum is pooled in
+  ErrorMetrics plain;  // an equal pair of f32 tensors, pooled with q as a group would
+  plain.count = 64;
+  plain.sum_dot = plain.sum_sq_x = plain.sum_sq_base = 4e8;
+  plain.merge(q);
+  EXPECT_NEAR(plain.cosine(), (4e8 + q.sum_dot) / std::sqrt(4e8 + q.sum_sq_base) /
+                                  std::sqrt(4e8 + q.sum_sq_x), 1e-15);
+  EXPECT_GT(plain.cosine(), 1e-6);
+  // Tiny norms whose product underflows.
+  ErrorMetrics tiny;
+  tiny.count = 1;
+  tiny.sum_sq_base = tiny.sum_sq_x = 1e-200;
+  tiny.sum_dot = 0.5e-200;
+  EXPECT_NEAR(tiny.cosine(), 0.5, 1e-15);
+  // With an overflowed difference sum, no error metric is known.
+  ErrorMetrics inf_sums;
+  inf_sums.count = 2;
+  inf_sums.sum_sq_base = 1;
+  inf_sums.sum_sq_x = 1;
+  inf_sums.sum_sq_diff = std::numeric_limits<double>::infinity();
+  inf_sums.weighted = true;
+  inf_sums.sum_w = 2;
+  inf_sums.sum_w_sq_base = 1;
+  inf_sums.sum_w_sq_diff = std::numeric_limits<double>::infinity();
+  for (double v : {inf_sums.rmse(), inf_sums.rel(), inf_sums.snr_db(), inf_sums.weighted_rmse(),
+                   inf_sums.weighted_rel()})
+    EXPECT_TRUE(std::isnan(v)) << v;
 }
 
 TEST(diff, values_compare_bytes_and_decode_only_what_differs) {

@@ -28,31 +28,49 @@ namespace {
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 }
 
+// Sums of many finite squares can still overflow (f64 tensors of values near 1e153, or a group
+// pooling them): a metric built on an infinite sum is unknown (NaN), never 0, 1 or infinity.
+namespace {
+bool finite_sums(std::initializer_list<double> sums) {
+  return std::ranges::all_of(sums, [](double v) { return std::isfinite(v); });
+}
+}  // namespace
+
 double ErrorMetrics::rmse() const {
-  return count ? std::sqrt(sum_sq_diff / static_cast<double>(count)) : kNaN;
+  return count && finite_sums({sum_sq_diff}) ? std::sqrt(sum_sq_diff / static_cast<double>(count))
+                                             : kNaN;
 }
 
 // With no finite pair measured (all NaN, or no elements) every metric is unknown, not 0.
 double ErrorMetrics::rel() const {
-  if (count == 0) return kNaN;
+  if (count == 0 || !finite_sums({sum_sq_diff, sum_sq_base})) return kNaN;
   if (sum_sq_base > 0) return std::sqrt(sum_sq_diff / sum_sq_base);
   return sum_sq_diff == 0 ? 0.0 : kNaN;
 }
 
 double ErrorMetrics::cosine() const {
-  if (!(sum_sq_base > 0 && sum_sq_x > 0)) return kNaN;
-  // Rounding can push |cos| a hair past 1 for parallel vectors.
-  return std::clamp(sum_dot / std::sqrt(sum_sq_base * sum_sq_x), -1.0, 1.0);
+  if (!(sum_sq_base > 0 && sum_sq_x > 0) || !finite_sums({sum_sq_base, sum_sq_x, sum_dot}))
+    return kNaN;
+  // The norms one at a time where their product would overflow or underflow (sums 1e8 and
+  // 1e302, or 1e-200 each). Rounding can push |cos| a hair past 1 for parallel vectors.
+  const double product = sum_sq_base * sum_sq_x;
+  const double norms = std::isfinite(product) && product >= std::numeric_limits<double>::min()
+                           ? std::sqrt(product)
+                           : std::sqrt(sum_sq_base) * std::sqrt(sum_sq_x);
+  return std::clamp(sum_dot / norms, -1.0, 1.0);
 }
 
 double ErrorMetrics::snr_db() const {
-  if (count == 0) return kNaN;
+  if (count == 0 || !finite_sums({sum_sq_diff, sum_sq_base})) return kNaN;
   if (sum_sq_diff == 0) return std::numeric_limits<double>::infinity();
   return 10.0 * std::log10(sum_sq_base / sum_sq_diff);
 }
 
 double ErrorMetrics::weighted_rmse() const {
-  return weighted && sum_w > 0 && unweighted_tensors == 0 ? std::sqrt(sum_w_sq_diff / sum_w) : kNaN;
+  return weighted && sum_w > 0 && unweighted_tensors == 0 &&
+                 finite_sums({sum_w, sum_w_sq_diff})
+             ? std::sqrt(sum_w_sq_diff / sum_w)
+             : kNaN;
 }
 
 double ErrorMetrics::max_abs_diff() const { return count ? max_abs : kNaN; }
@@ -60,7 +78,9 @@ double ErrorMetrics::max_abs_diff() const { return count ? max_abs : kNaN; }
 double ErrorMetrics::weighted_rel() const {
   // All-zero weights say nothing about the error; a group whose weights cover only some of
   // its tensors says nothing about the error of the others.
-  if (!weighted || count == 0 || !(sum_w > 0) || unweighted_tensors) return kNaN;
+  if (!weighted || count == 0 || !(sum_w > 0) || unweighted_tensors ||
+      !finite_sums({sum_w, sum_w_sq_diff, sum_w_sq_base}))
+    return kNaN;
   if (sum_w_sq_base > 0) return std::sqrt(sum_w_sq_diff / sum_w_sq_base);
   return sum_w_sq_diff == 0 ? 0.0 : kNaN;
 }
