@@ -642,8 +642,9 @@ TEST(diff, metrics_survive_norms_far_apart_and_overflowed_sums) {
   plain.count = 64;
   plain.sum_dot = plain.sum_sq_x = plain.sum_sq_base = 4e8;
   plain.merge(q);
-  EXPECT_NEAR(plain.cosine(), (4e8 + q.sum_dot) / std::sqrt(4e8 + q.sum_sq_base) /
-                                  std::sqrt(4e8 + q.sum_sq_x), 1e-15);
+  EXPECT_NEAR(plain.cosine(),
+              (4e8 + q.sum_dot) / std::sqrt(4e8 + q.sum_sq_base) / std::sqrt(4e8 + q.sum_sq_x),
+              1e-15);
   EXPECT_GT(plain.cosine(), 1e-6);
   // Tiny norms whose product underflows.
   ErrorMetrics tiny;

@@ -67,8 +67,7 @@ double ErrorMetrics::snr_db() const {
 }
 
 double ErrorMetrics::weighted_rmse() const {
-  return weighted && sum_w > 0 && unweighted_tensors == 0 &&
-                 finite_sums({sum_w, sum_w_sq_diff})
+  return weighted && sum_w > 0 && unweighted_tensors == 0 && finite_sums({sum_w, sum_w_sq_diff})
              ? std::sqrt(sum_w_sq_diff / sum_w)
              : kNaN;
 }
