@@ -11,6 +11,7 @@
 #include <boost/align/aligned_allocator.hpp>
 #include <cmath>
 #include <cstring>
+#include <initializer_list>
 #include <limits>
 #include <numeric>
 #include <thread>
@@ -26,11 +27,9 @@ namespace gguf {
 
 namespace {
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
-}
 
 // Sums of many finite squares can still overflow (f64 tensors of values near 1e153, or a group
 // pooling them): a metric built on an infinite sum is unknown (NaN), never 0, 1 or infinity.
-namespace {
 bool finite_sums(std::initializer_list<double> sums) {
   return std::ranges::all_of(sums, [](double v) { return std::isfinite(v); });
 }
