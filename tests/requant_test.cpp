@@ -10,6 +10,7 @@
 #include <fstream>
 #include <limits>
 #include <nlohmann/json.hpp>
+#include <random>
 #include <tuple>
 
 #include "cli_run.h"
@@ -594,6 +595,44 @@ TEST(requant, iq2_xxs_uses_expert_slices_or_the_column_energy) {
   ASSERT_EQ(energy.size(), got2.size());
   EXPECT_EQ(0, std::memcmp(energy.data(), got2.data(), got2.size()));
   EXPECT_NE(0, std::memcmp(expect.data(), got2.data(), got2.size()));
+}
+
+// The fallback's column energy is one float sum per column in row order over the whole matrix,
+// although the matrix is read 256 rows at a time: on 300 rows, adding the sums of the two
+// pieces rounds differently, and iq1_s (the codec most sensitive to its weights) shows it.
+TEST(requant, column_energy_sums_a_matrix_of_many_rows_in_row_order) {
+  TempDir dir;
+  constexpr int64_t kCols = 512, kRows = 300;
+  std::vector<float> values(kCols * kRows);
+  std::mt19937 rng(7);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  for (int64_t r = 0; r < kRows; ++r) {  // rows of scales far apart, so rounding shows
+    const float scale = std::array{1e-3f, 1.0f, 100.0f, 3e4f}[rng() % 4];
+    for (int64_t c = 0; c < kCols; ++c)
+      values[r * kCols + c] = rng() % 10 ? scale * normal(rng) : 0;
+  }
+  Plan p;
+  p.metadata.set("general.architecture", Value::string("llama"));
+  auto data = std::make_shared<std::vector<uint8_t>>(values.size() * 4);
+  std::memcpy(data->data(), values.data(), data->size());
+  p.tensors.push_back({"blk.0.attn_q.weight", 0, {kCols, kRows}, data->size(), MemoryBytes{data}});
+  const Model in = Model::open(write_plan(p, dir.file("in.gguf"), {}).paths.front());
+  const auto r = requant(in, {GgmlType::IQ1_S, {}, nullptr, 2});
+  const Model out = Model::open(write_plan(r.plan, dir.file("out.gguf"), {}).paths.front());
+  const auto got = out.find("blk.0.attn_q.weight")->data();
+  const TensorRef& t = *in.find("blk.0.attn_q.weight");
+  const auto whole = encode_reference(t, GgmlType::IQ1_S,
+                                      [&](int64_t) { return column_energy(values, kRows, kCols); });
+  ASSERT_EQ(whole.size(), got.size());
+  EXPECT_EQ(0, std::memcmp(whole.data(), got.data(), got.size()));
+  // The test means something: summed in two pieces, the weights give other bytes.
+  const auto pieces = encode_reference(t, GgmlType::IQ1_S, [&](int64_t) {
+    auto w = column_energy(std::span(values).first(256 * kCols), 256, kCols);
+    const auto rest = column_energy(std::span(values).subspan(256 * kCols), kRows - 256, kCols);
+    for (int64_t c = 0; c < kCols; ++c) w[c] += rest[c];
+    return w;
+  });
+  EXPECT_NE(0, std::memcmp(whole.data(), pieces.data(), got.size()));
 }
 
 // An entry of zero columns (found by imatrix_fuzz: an empty payload was copied through a null

@@ -222,13 +222,18 @@ Imatrix Imatrix::parse_gguf(std::shared_ptr<const ByteSource> src) {
   return m;
 }
 
-std::vector<float> column_energy(std::span<const float> rows, int64_t nrows, int64_t n_per_row) {
-  std::vector<float> w(static_cast<size_t>(n_per_row), 0.0f);
+void add_column_energy(std::span<const float> rows, int64_t nrows, int64_t n_per_row,
+                       std::span<float> energy) {
   for (int64_t r = 0; r < nrows; ++r)
     for (int64_t c = 0; c < n_per_row; ++c) {
       const float x = rows[static_cast<size_t>(r * n_per_row + c)];
-      w[static_cast<size_t>(c)] += x * x;
+      energy[static_cast<size_t>(c)] += x * x;
     }
+}
+
+std::vector<float> column_energy(std::span<const float> rows, int64_t nrows, int64_t n_per_row) {
+  std::vector<float> w(static_cast<size_t>(n_per_row), 0.0f);
+  add_column_energy(rows, nrows, n_per_row, w);
   return w;
 }
 

@@ -54,8 +54,9 @@ class EnergyCache {
         const int64_t n = std::min(kRows, rows_per_matrix_ - r);
         buf.resize(static_cast<size_t>(n * n_per_row_));
         decode_rows(t_, n_per_row_, mat * rows_per_matrix_ + r, n, buf);
-        const auto e = column_energy(buf, n, n_per_row_);
-        for (size_t c = 0; c < w.size(); ++c) w[c] += e[c];
+        // One float sum per column in row order, as if the matrix were read whole (adding
+        // per-piece sums would round differently on matrices of more than 256 rows).
+        add_column_energy(buf, n, n_per_row_, w);
       }
       it = cache_.emplace(mat, std::move(w)).first;
     }

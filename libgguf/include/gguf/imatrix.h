@@ -56,7 +56,12 @@ class Imatrix {
   static Imatrix parse_gguf(std::shared_ptr<const ByteSource> src);
 };
 
-// The fallback when no matrix is given: importance[c] = sum over rows of w[r][c]^2.
+// The fallback when no matrix is given: importance[c] = sum over rows of w[r][c]^2, summed in
+// float in row order.
 std::vector<float> column_energy(std::span<const float> rows, int64_t nrows, int64_t n_per_row);
+// The same sum continued over more rows (so a matrix read in pieces sums as one): adds each
+// row's squares to `energy` (n_per_row values), in row order.
+void add_column_energy(std::span<const float> rows, int64_t nrows, int64_t n_per_row,
+                       std::span<float> energy);
 
 }  // namespace gguf
