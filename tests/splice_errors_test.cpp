@@ -183,6 +183,39 @@ TEST(splice_errors, gate_and_up_of_a_layer_with_different_types) {
   EXPECT_TRUE(splice_one(mixed, donor, selector({"4"}, {"routed-down"})).warnings.empty());
 }
 
+// Routed biases (gpt-oss's ffn_gate_exps.bias, f32 beside quantized weights) have the gate's
+// and up's roles but not their types: the check compares weights with weights.
+TEST(splice_errors, gate_and_up_check_leaves_routed_biases_out) {
+  Scratch dir;
+  const auto with_biases = [](Plan& p) {
+    for (const char* kind : {"gate", "up"}) {
+      auto data = std::make_shared<std::vector<uint8_t>>(8 * 4 * 4, 0);
+      p.tensors.push_back({fmt::format("blk.3.ffn_{}_exps.bias", kind),
+                           0,
+                           {8, 4},
+                           data->size(),
+                           MemoryBytes{data}});
+    }
+  };
+  const auto biased = [&](const std::string& from, const std::string& name) {
+    Plan p = copy_plan(Model::open(from));
+    with_biases(p);
+    write_plan(p, dir.file(name), {});
+    return Model::open(dir.file(name));
+  };
+  // Gate and up weights alike in each file: f16 in the base, f32 in the donor.
+  const Model base = biased(fx().base, "base.gguf"), donor = biased(fx().donor, "donor.gguf");
+  ASSERT_TRUE(base.find("blk.3.ffn_gate_exps.bias"));
+  // The gate weight alone: refused as without biases (it was a warning that the base mixed them).
+  const auto f = [&] { splice_one(base, donor, selector({"3"}, {"routed-gate"}, {".*weight"})); };
+  EXPECT_EQ(kind_of(f), Error::Kind::kUsage);
+  EXPECT_NE(message_of(f).find("gate and up experts would differ in type"), std::string::npos)
+      << message_of(f);
+  // The gate bias alone: nothing to say (it used to claim the base mixed gate and up).
+  EXPECT_TRUE(
+      splice_one(base, donor, selector({"3"}, {"routed-gate"}, {".*bias"})).warnings.empty());
+}
+
 TEST(splice_errors, architecture_differs) {
   Scratch dir;
   const std::string path = variant(dir, "d.gguf", [](Plan& p) {
