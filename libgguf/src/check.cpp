@@ -414,8 +414,7 @@ class Checker {
     std::map<int, const TensorRef*> first;
     for (const TensorRef& t : model_.tensors()) {
       const TensorName tn = classify_tensor(t.name(), arch, static_cast<int>(t.info->shape.size()));
-      if (tn.role != Role::kRoutedGate && tn.role != Role::kRoutedUp) continue;
-      if (!tn.layer || !(tn.suffix.empty() || tn.suffix == "weight")) continue;
+      if (!tn.layer || !tn.is_gate_or_up_weight()) continue;
       const auto [it, fresh] = first.emplace(*tn.layer, &t);
       if (fresh || it->second->info->type_id == t.info->type_id) continue;
       add(*t.file, tensor_object(t.name()), t.info->type_offset(),

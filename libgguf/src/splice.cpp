@@ -180,11 +180,7 @@ void check_gate_up(const SpliceResult& r, const std::string& arch, const SpliceO
     if (!tn.layer) continue;
     auto& l = layers[*tn.layer];
     l.spliced |= r.rows[i].action == SpliceAction::kSplice;
-    // The weights only, as gguf-inspect --check: gpt-oss's ffn_gate_exps.bias (f32) has the
-    // gate's role but not its type.
-    if ((tn.role == Role::kRoutedGate || tn.role == Role::kRoutedUp) &&
-        (tn.suffix.empty() || tn.suffix == "weight"))
-      l.rows.push_back(i);
+    if (tn.is_gate_or_up_weight()) l.rows.push_back(i);
   }
   for (const auto& entry : layers) {
     // Not a structured binding: clang 14 cannot capture one in the lambda below.

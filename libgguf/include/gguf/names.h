@@ -46,6 +46,13 @@ struct TensorName {
   std::string_view kind;
   // "weight", "bias", "scale", or empty; a view into the classified name.
   std::string_view suffix;
+
+  // A routed gate or up expert weight (not a bias such as gpt-oss's ffn_gate_exps.bias): the
+  // tensors ds4 needs to share one type in a layer.
+  bool is_gate_or_up_weight() const {
+    return (role == Role::kRoutedGate || role == Role::kRoutedUp) &&
+           (suffix.empty() || suffix == "weight");
+  }
 };
 
 // Classifies a tensor by its name. arch is the general.architecture value (may be empty);
