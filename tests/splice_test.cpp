@@ -211,6 +211,48 @@ TEST(splice, file_type_is_removed_when_no_ftype_fits) {
             "general.file_type removed: the type holding most weights has no llama_ftype");
 }
 
+// llama.cpp refuses general.file_type of any type but u32 ("key general.file_type has wrong
+// type i32 but expected type u32"): a base that stored it so is repaired in the output even
+// when the value stays, with a warning, not carried over as it was.
+TEST(splice, file_type_of_another_integer_type_is_written_as_u32) {
+  Scratch dir;
+  const auto mem = [](const char* name, GgmlType type, std::vector<int64_t> shape) {
+    PlanTensor t;
+    t.name = name;
+    t.type_id = static_cast<uint32_t>(type);
+    t.shape = std::move(shape);
+    t.bytes = expected_bytes(t);
+    t.source = MemoryBytes{std::make_shared<const std::vector<uint8_t>>(t.bytes, uint8_t{1})};
+    return t;
+  };
+  for (const Value& stored : {Value::i32(1), Value::u64(1), Value::u16(1)}) {
+    SCOPED_TRACE(value_type_name(stored.type()));
+    Plan b, d;
+    b.metadata.set("general.architecture", Value::string("deepseek2"));
+    b.metadata.set("general.file_type", stored);
+    d.metadata = b.metadata;
+    b.tensors = {mem("blk.0.ffn_down_exps.weight", GgmlType::F16, {32, 8, 2}),
+                 mem("blk.0.attn_q_a.weight", GgmlType::F16, {32, 4})};
+    d.tensors = b.tensors;
+    WriteOptions replace;
+    replace.force = true;
+    write_plan(b, dir.file("b.gguf"), replace);
+    write_plan(d, dir.file("d.gguf"), replace);
+    const Model base = Model::open(dir.file("b.gguf")), donor = Model::open(dir.file("d.gguf"));
+    const SpliceResult r = splice_one(base, donor, selector({}));
+    const Value* v = r.plan.metadata.find("general.file_type");
+    ASSERT_NE(v, nullptr);
+    EXPECT_EQ(v->type(), ValueType::kU32);
+    EXPECT_EQ(v->as_uint(), 1u);
+    EXPECT_EQ(r.file_type_before, 1u);
+    EXPECT_EQ(r.file_type_after, 1u);
+    ASSERT_EQ(r.warnings.size(), 1u);
+    EXPECT_EQ(r.warnings[0], fmt::format("general.file_type was stored as {}; written as u32, the "
+                                         "type llama.cpp reads",
+                                         value_type_name(stored.type())));
+  }
+}
+
 // llama-quantize's IQ2_S (28) makes a file mostly of iq2_xs (its IQ2_M, 29, is the one mostly of
 // iq2_s): a splice that leaves iq2_xs the main type keeps 28, as it keeps Q4_K_S.
 TEST(splice, file_type_iq2_s_of_a_mostly_iq2_xs_file_is_kept) {

@@ -278,6 +278,15 @@ void settle_file_type(SpliceResult& r) {
   }
   if (r.file_type_before && ftype_has_main_type(*r.file_type_before, *main)) {
     r.file_type_after = r.file_type_before;
+    // llama.cpp reads the key as u32 and refuses any other type: a base that stored it as
+    // another integer type is repaired, not copied.
+    if (v->type() != ValueType::kU32) {
+      r.warnings.push_back(
+          fmt::format("general.file_type was stored as {}; written as u32, the "
+                      "type llama.cpp reads",
+                      value_type_name(v->type())));
+      m.set(kFileType, Value::u32(static_cast<uint32_t>(*r.file_type_before)));
+    }
     return;
   }
   m.set(kFileType, Value::u32(*after));
