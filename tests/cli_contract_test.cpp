@@ -104,16 +104,31 @@ TEST(cli_contract, inspect_messages_escape_the_path_the_same_everywhere) {
   EXPECT_NE(r.out.find("check: 1 error(s), 0 warning(s)"), std::string::npos) << r.out;
 }
 
-// --json is read from the parsed command line: abbreviated it counts, as the value of another
-// option it does not.
+// --json is read from the parsed command line: as the value of another option it does not
+// count. Long options are not guessed from a prefix: --jso is an unknown option, not --json.
 TEST(cli_contract, json_is_what_the_command_line_parsed) {
   TempDir dir;
   const std::string missing = dir.file("missing.gguf");
-  CliResult r = run_cli("gguf-inspect", {"--jso", missing});
+  CliResult r = run_cli("gguf-inspect", {"--json", missing});
   EXPECT_EQ(r.code, 1);
   EXPECT_EQ(nlohmann::json::parse(r.out).value("exit_code", 0), 1);
-  r = run_cli("gguf-diff", {"--js", missing, missing});
+  r = run_cli("gguf-inspect", {"--jso", missing});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(r.out, "");
+  EXPECT_EQ(r.err,
+            "gguf-inspect: error: unrecognised option '--jso'\n"
+            "Try 'gguf-inspect --help' for more information.\n");
+  r = run_cli("gguf-diff", {"--json", missing, missing});
   EXPECT_EQ(nlohmann::json::parse(r.out).value("exit_code", 0), 2);
+  // A prefix of one option (--no for --no-verify) or of several (--f) is unknown alike.
+  for (const char* prefix : {"--no", "--f", "--dry"}) {
+    SCOPED_TRACE(prefix);
+    r = run_cli("gguf-splice", {missing, "--donor", missing, prefix, "-o", dir.file("o.gguf")});
+    EXPECT_EQ(r.code, 2);
+    EXPECT_TRUE(
+        r.err.starts_with(fmt::format("gguf-splice: error: unrecognised option '{}'", prefix)))
+        << r.err;
+  }
   // "--json" as --match's value: a text run, whose failure prints nothing on stdout.
   r = run_cli("gguf-requant",
               {missing, "--type", "q8_0", "--match", "--json", "-o", dir.file("o.gguf")});
@@ -326,6 +341,85 @@ TEST(cli_contract, quiet_prints_nothing_on_success) {
   EXPECT_NE(r.err.find("exists"), std::string::npos) << r.err;
   r = run_cli("gguf-splice", {a, "--donor", d, "-q", "--json", "-o", dir.file("t.gguf")});
   EXPECT_EQ(r.code, 2);
+}
+
+// An empty value (an unset shell variable: --imatrix "$IM") is a usage error, never the same
+// as leaving the option out: --imatrix '' ran without an importance matrix, --reference ''
+// made a two-way diff, --split-max-size '' wrote one file.
+TEST(cli_contract, an_empty_option_value_is_a_usage_error) {
+  TempDir dir;
+  const std::string a = Fixture().write(dir, "a.gguf");
+  const std::string out = dir.file("o.gguf");
+  const std::vector<std::pair<std::string, std::vector<std::string>>> cases = {
+      {"gguf-requant", {a, "--type", "q8_0", "--imatrix", "", "-o", out}},
+      {"gguf-requant", {a, "--type", "q8_0", "--base", "", "-o", out}},
+      {"gguf-requant", {a, "--type", "q8_0", "--split-max-size", "", "-o", out}},
+      {"gguf-requant", {a, "--type", "q8_0", "--tensor-type", "", "-o", out}},
+      {"gguf-requant", {a, "--type", "", "-o", out}},
+      {"gguf-requant", {a, "--type", "q8_0", "-o", ""}},
+      {"gguf-splice", {a, "--donor", "", "-o", out}},
+      {"gguf-splice", {a, "--donor", a, "--split-max-size", "", "-o", out}},
+      {"gguf-splice", {a, "--take", "", "-o", out}},
+      {"gguf-diff", {"--reference", "", a, a}},
+      {"gguf-diff", {"--imatrix", "", a, a}},
+      {"gguf-diff", {"--manifest", "", a}},
+      {"gguf-inspect", {"--match", "", a}},
+      {"gguf-inspect", {"--layers", "", a}},
+      {"gguf-inspect", {"--role", "", a}},
+  };
+  for (const auto& [tool, args] : cases) {
+    std::string named;  // the option before the empty value
+    for (size_t i = 0; i + 1 < args.size(); ++i)
+      if (args[i + 1].empty()) named = args[i] == "-o" ? "--output" : args[i];
+    SCOPED_TRACE(tool + " " + named);
+    const CliResult r = run_cli(tool, args);
+    EXPECT_EQ(r.code, 2);
+    EXPECT_EQ(r.err, fmt::format("{0}: error: option '{1}' was given an empty value\nTry '{0} "
+                                 "--help' for more information.\n",
+                                 tool, named));
+  }
+  EXPECT_FALSE(std::filesystem::exists(out));
+  // An empty positional argument.
+  const CliResult r = run_cli("gguf-diff", {a, ""});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(r.err,
+            "gguf-diff: error: an empty argument where a file name belongs\n"
+            "Try 'gguf-diff --help' for more information.\n");
+}
+
+// A pattern is at most 4096 bytes: std::regex compiles recursively, and a longer one (20000
+// nested groups, a 100 KB literal) overflowed the stack in every tool that takes one.
+TEST(cli_contract, a_pattern_too_long_to_compile_safely_is_a_usage_error) {
+  TempDir dir;
+  const std::string a = Fixture().write(dir, "a.gguf");
+  const std::string nested = std::string(20000, '(') + "blk" + std::string(20000, ')');
+  const std::vector<std::pair<std::string, std::vector<std::string>>> cases = {
+      {"gguf-inspect", {"--json", "--match", nested, a}},
+      {"gguf-diff", {"--json", "--match", nested, a, a}},
+      {"gguf-splice", {"--json", a, "--take", a + ":match=" + nested, "--dry-run"}},
+      {"gguf-requant", {"--json", a, "--dry-run", "--type", "q8_0", "--match", nested}},
+      {"gguf-requant", {"--json", a, "--dry-run", "--tensor-type", nested + "=q8_0"}},
+  };
+  for (const auto& [tool, args] : cases) {
+    SCOPED_TRACE(tool + " " + args[args.size() - 2].substr(0, 20));
+    const CliResult r = run_cli(tool, args);
+    EXPECT_EQ(r.code, 2);
+    const auto doc = nlohmann::json::parse(r.out);
+    EXPECT_EQ(doc.value("exit_code", 0), 2);
+    const std::string err = doc.value("error", "");
+    EXPECT_NE(err.find("40003 bytes, longer than 4096 (give several shorter patterns instead)"),
+              std::string::npos)
+        << err;
+  }
+  const CliResult text = run_cli("gguf-inspect", {"--match", nested, a});
+  EXPECT_EQ(text.err, "gguf-inspect: error: invalid --match regex '" + std::string(40, '(') +
+                          "...': 40003 bytes, longer than 4096 (give several shorter patterns "
+                          "instead)\nTry 'gguf-inspect --help' for more information.\n");
+  // The longest pattern taken still works, nested as deep as it allows.
+  const std::string deepest = std::string(2046, '(') + ".*" + std::string(2046, ')');
+  ASSERT_EQ(deepest.size(), 4094u);
+  const CliResult r = run_cli("gguf-inspect", {"--match", deepest, a});
+  EXPECT_EQ(r.code, 0) << r.err;
 }
 
 TEST(cli_contract, an_output_path_leading_into_proc_is_refused) {

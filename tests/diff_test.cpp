@@ -1043,6 +1043,20 @@ TEST(diff, manifest_errors_name_the_problem) {
             "--hashes --json");
   EXPECT_EQ(error_of("{}"),
             "m.json: no \"tensors\" array; expected the output of gguf-inspect --hashes --json");
+  // Deep nesting is refused before parsing (a million nested arrays in a shape, or a deep
+  // value printed into a message, overflowed the stack), at the bracket one level too deep;
+  // brackets inside strings do not count.
+  {
+    const std::string deep = std::string(100000, '[') + std::string(100000, ']');
+    EXPECT_EQ(error_of(R"({"tensors": [{"name": "x", "type": "f32", "shape": )" + deep + "}]}"),
+              "m.json: at byte 80: nests deeper than 32 levels; expected the output of "
+              "gguf-inspect --hashes --json");
+    const std::string ok_deep = std::string(29, '[') + std::string(29, ']');
+    EXPECT_EQ(error_of(R"({"tensors": [{"name": "[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[\"[[", )"
+                       R"("type": "f32", "shape": [4], "x": )" +
+                       ok_deep + "}]}"),
+              "(no error)");
+  }
   // A number too large for a double is not a syntax error to nlohmann, but still no manifest
   // (found by manifest_fuzz: it escaped as an uncaught exception).
   EXPECT_EQ(error_of(R"({"tensors": [{"name": "x", "type": "f32", "shape": [2e56000]}]})"),

@@ -275,7 +275,14 @@ TEST(splice_cli, split_sizes_are_decimal_as_in_llama_gguf_split) {
   EXPECT_EQ(cli::parse_size("4GiB", "s"), uint64_t{4} << 30);
   EXPECT_EQ(cli::parse_size("2T", "s"), 2000000000000u);
   EXPECT_EQ(cli::parse_size("3MiB", "s"), 3u << 20);
-  for (const char* bad : {"", "G", "4g", "4 G", "4Gi", "-1", "1.5G"}) {
+  // Suffixes in any case.
+  EXPECT_EQ(cli::parse_size("4g", "s"), 4000000000u);
+  EXPECT_EQ(cli::parse_size("1m", "s"), 1000000u);
+  EXPECT_EQ(cli::parse_size("1kb", "s"), 1000u);
+  EXPECT_EQ(cli::parse_size("2t", "s"), 2000000000000u);
+  EXPECT_EQ(cli::parse_size("3mib", "s"), 3u << 20);
+  EXPECT_EQ(cli::parse_size("1GIB", "s"), uint64_t{1} << 30);
+  for (const char* bad : {"", "G", "4 G", "4Gi", "4gi", "-1", "1.5G", "4GG", "0", "0k"}) {
     SCOPED_TRACE(bad);
     EXPECT_THROW(cli::parse_size(bad, "s"), Error);
   }

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
@@ -117,13 +118,13 @@ bool g_json_printed = false;
 // Whether --json was given, as the parsed command line says (unset until it is parsed).
 std::optional<bool> g_json_option;
 
-// When the command line could not be parsed: whether an argument reads as --json, which Boost
-// would also accept abbreviated (--js); options end at "--".
+// When the command line could not be parsed: whether an argument is --json; options end at
+// "--".
 bool json_in_argv(int argc, char** argv) {
   for (int i = 1; i < argc && argv[i]; ++i) {
     const std::string_view a = argv[i];
     if (a == "--") return false;
-    if (a.size() >= 4 && std::string_view("--json").starts_with(a)) return true;
+    if (a == "--json") return true;
   }
   return false;
 }
@@ -179,6 +180,32 @@ int run_tool(std::string_view tool, int argc, char** argv, const std::function<i
   }
 }
 
+namespace {
+
+// An empty path, type or pattern is a mistake (often an unset shell variable: --imatrix "$IM"),
+// never a way to leave an option out: without this check --imatrix '' ran with no importance
+// matrix and --split-max-size '' wrote one file, silently.
+void refuse_empty_values(const po::variables_map& vm, const po::options_description& all,
+                         const po::options_description& hidden) {
+  for (const auto& [name, value] : vm) {
+    // A flag without a value (--dry-run) holds an empty string.
+    const auto* option = all.find_nothrow(name, false);
+    if (!option || option->semantic()->max_tokens() == 0) continue;
+    bool empty = false;
+    if (const auto* s = boost::any_cast<std::string>(&value.value()))
+      empty = s->empty();
+    else if (const auto* v = boost::any_cast<std::vector<std::string>>(&value.value()))
+      empty = std::any_of(v->begin(), v->end(), [](const std::string& x) { return x.empty(); });
+    if (!empty) continue;
+    // The hidden options are what the positional arguments fill.
+    if (hidden.find_nothrow(name, false))
+      usage_error("an empty argument where a file name belongs");
+    usage_error(fmt::format("option '--{}' was given an empty value", name));
+  }
+}
+
+}  // namespace
+
 bool parse_command_line(int argc, char** argv, std::string_view tool, std::string_view usage,
                         const po::options_description& visible,
                         const po::options_description& hidden,
@@ -186,7 +213,15 @@ bool parse_command_line(int argc, char** argv, std::string_view tool, std::strin
                         po::variables_map& vm) {
   po::options_description all;
   all.add(visible).add(hidden);
-  po::store(po::command_line_parser(argc, argv).options(all).positional(positional).run(), vm);
+  // Long options are taken only as spelled: no unique-prefix guessing (--no for --no-verify),
+  // which would change meaning whenever an option is added.
+  namespace style = po::command_line_style;
+  po::store(po::command_line_parser(argc, argv)
+                .options(all)
+                .positional(positional)
+                .style(style::default_style & ~style::allow_guessing)
+                .run(),
+            vm);
   // A switch (bool_switch) is present with its default; an option without a value only when
   // given.
   g_json_option = vm.count("json") > 0 && !vm["json"].defaulted();
@@ -201,6 +236,7 @@ bool parse_command_line(int argc, char** argv, std::string_view tool, std::strin
     fmt::print("{} (gguf-surgery) {}\n", tool, version());
     return true;
   }
+  refuse_empty_values(vm, all, hidden);
   po::notify(vm);
   return false;
 }
@@ -262,25 +298,25 @@ uint64_t parse_size(std::string_view text, std::string_view option) {
   if (i == 0)
     usage_error(fmt::format("--{}: '{}' is not a size (e.g. 4G, 500M, 123456)", option, text));
   // As llama-gguf-split: K, M, G, T are powers of 1000 (50G fits a 50 GB limit per file);
-  // KiB, MiB, GiB, TiB are powers of 1024.
-  const std::string_view suffix = text.substr(i);
+  // KiB, MiB, GiB, TiB are powers of 1024. Any case: 1g is 1G, 1kb is 1KB.
+  std::string suffix(text.substr(i));
+  std::transform(suffix.begin(), suffix.end(), suffix.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
   static constexpr std::pair<std::string_view, uint64_t> kUnits[] = {
       {"", 1},
-      {"B", 1},
-      {"K", 1000},
+      {"b", 1},
       {"k", 1000},
-      {"KB", 1000},
-      {"kB", 1000},
-      {"M", 1000 * 1000},
-      {"MB", 1000 * 1000},
-      {"G", 1000 * 1000 * 1000},
-      {"GB", 1000 * 1000 * 1000},
-      {"T", uint64_t{1000} * 1000 * 1000 * 1000},
-      {"TB", uint64_t{1000} * 1000 * 1000 * 1000},
-      {"KiB", uint64_t{1} << 10},
-      {"MiB", uint64_t{1} << 20},
-      {"GiB", uint64_t{1} << 30},
-      {"TiB", uint64_t{1} << 40},
+      {"kb", 1000},
+      {"m", 1000 * 1000},
+      {"mb", 1000 * 1000},
+      {"g", 1000 * 1000 * 1000},
+      {"gb", 1000 * 1000 * 1000},
+      {"t", uint64_t{1000} * 1000 * 1000 * 1000},
+      {"tb", uint64_t{1000} * 1000 * 1000 * 1000},
+      {"kib", uint64_t{1} << 10},
+      {"mib", uint64_t{1} << 20},
+      {"gib", uint64_t{1} << 30},
+      {"tib", uint64_t{1} << 40},
   };
   const auto unit = std::find_if(std::begin(kUnits), std::end(kUnits),
                                  [&](const auto& u) { return u.first == suffix; });

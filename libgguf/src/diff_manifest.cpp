@@ -207,7 +207,41 @@ ManifestTensor manifest_tensor(const json& t, size_t index, const std::string& p
 
 }  // namespace
 
+namespace {
+
+// gguf-inspect's manifests nest five levels at most. Far deeper nesting (a crafted file) would
+// overflow the stack where nlohmann-json recurses (printing a value into a message, copying):
+// refused before parsing, at the byte that opens the level too many.
+constexpr int kMaxManifestDepth = 32;
+
+void check_nesting(std::string_view text, const std::string& path) {
+  int depth = 0;
+  bool in_string = false;
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (in_string) {
+      if (c == '\\')
+        ++i;  // the escaped character cannot end the string
+      else if (c == '"')
+        in_string = false;
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      if (++depth > kMaxManifestDepth)
+        throw Error(path, {}, i,
+                    fmt::format("nests deeper than {} levels; expected the output of gguf-inspect "
+                                "--hashes --json",
+                                kMaxManifestDepth));
+    } else if (c == ']' || c == '}') {
+      --depth;  // unbalanced brackets are the parser's to report
+    }
+  }
+}
+
+}  // namespace
+
 Manifest parse_manifest(std::string_view json_text, const std::string& path) {
+  check_nesting(json_text, path);
   json doc;
   try {
     doc = json::parse(json_text);

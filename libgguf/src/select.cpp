@@ -179,6 +179,13 @@ std::string_view regex_problem(std::regex_constants::error_type code) {
 
 std::regex compile_regex(const std::string& pattern, std::string_view option) {
   if (pattern.empty()) usage_error(fmt::format("invalid {} regex '': empty pattern", option));
+  // The library compiles a pattern recursively, one stack frame or more per character: a
+  // pattern of tens of thousands of bytes (or nested groups) would overflow the stack.
+  if (pattern.size() > kMaxRegexBytes)
+    usage_error(
+        fmt::format("invalid {} regex '{}...': {} bytes, longer than {} (give several "
+                    "shorter patterns instead)",
+                    option, terminal_safe(pattern.substr(0, 40)), pattern.size(), kMaxRegexBytes));
   // Polynomial (automaton) matching where the library offers it: a pattern run against
   // untrusted names must not backtrack exponentially.
   auto flags = std::regex::ECMAScript | std::regex::nosubs;

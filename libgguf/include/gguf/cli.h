@@ -97,7 +97,9 @@ void add_threads_option(po::options_description& desc, unsigned* threads, std::s
 // The number of threads to run: threads, or every core when it is 0.
 unsigned thread_count(unsigned threads);
 
-// Parses a size like "4G", "500M", "123456" (powers of 1024 for K/M/G/T); usage error otherwise.
+// Parses a size like "4G", "500M", "4GiB", "123456": K, M, G, T (or KB ... TB) are powers of
+// 1000 as in llama-gguf-split, KiB ... TiB powers of 1024, suffixes in any case; a usage error
+// otherwise, and for 0.
 uint64_t parse_size(std::string_view text, std::string_view option);
 
 // A progress bar on stderr, drawn only when stderr is a terminal; thread-safe update().

@@ -35,8 +35,13 @@ struct Selector {
   std::string describe() const;
 };
 
+// The longest pattern compile_regex takes (the library compiles recursively: far longer ones
+// would overflow the stack).
+inline constexpr size_t kMaxRegexBytes = 4096;
+
 // Compiles an ECMAScript pattern (polynomial matching where the library offers it, since it
-// runs on names from untrusted files); a usage error names `option` ("--match") and the problem.
+// runs on names from untrusted files); a usage error names `option` ("--match") and the problem,
+// or a pattern longer than kMaxRegexBytes.
 std::regex compile_regex(const std::string& pattern, std::string_view option);
 // Whether rx matches all of name (or, with `search`, some part of it); a usage error names
 // `option` and `pattern` when the regex engine gives up on the name.
