@@ -266,6 +266,50 @@ TEST(splice_cli, dry_run_refuses_an_output_directory_that_cannot_take_it) {
   }
 }
 
+// In a sticky directory (as /tmp) another user's file cannot be replaced: the final rename
+// fails. The dry run, and the run before any work, say so (they passed, and the run failed
+// after writing everything). Needs root to set up, and setpriv to run the tool as nobody.
+TEST(splice_cli, another_users_file_in_a_sticky_directory_is_refused_before_any_work) {
+  REQUIRE_TOOL();
+  const std::string tool = std::string(GGUF_TOOLS_DIR) + "/gguf-splice";
+  const std::vector<std::string> as_nobody = {"--reuid=65534", "--regid=65534", "--clear-groups"};
+  auto nobody = [&](std::vector<std::string> args) {
+    std::vector<std::string> all = as_nobody;
+    all.push_back(tool);
+    all.insert(all.end(), args.begin(), args.end());
+    return testing::run_program("setpriv", all);
+  };
+  if (::geteuid() != 0 || nobody({"--version"}).code != 0)
+    GTEST_SKIP() << "needs root and setpriv, and the tool reachable by user nobody";
+  std::string templ = (fs::temp_directory_path() / "gguf-sticky-XXXXXX").string();
+  ASSERT_NE(::mkdtemp(templ.data()), nullptr);
+  const fs::path dir = templ;
+  fs::permissions(dir, fs::perms::all | fs::perms::sticky_bit);
+  for (const char* f : {"base.gguf", "donor.gguf"})
+    fs::copy_file(f == std::string("base.gguf") ? fx().base : fx().donor, dir / f);
+  const std::string out = (dir / "owned.gguf").string();
+  std::ofstream(out) << "root's file";
+  for (const bool dry : {true, false}) {
+    std::vector<std::string> args = {(dir / "base.gguf").string(),
+                                     "--donor",
+                                     (dir / "donor.gguf").string(),
+                                     "--layers",
+                                     "3",
+                                     "-o",
+                                     out,
+                                     "--force"};
+    if (dry) args.push_back("--dry-run");
+    const auto r = nobody(args);
+    EXPECT_EQ(r.code, 1) << dry;
+    EXPECT_EQ(r.err, fmt::format("gguf-splice: error: {}: cannot replace the output: directory "
+                                 "'{}' is sticky (as /tmp is) and the file belongs to another "
+                                 "user\n",
+                                 out, dir.string()));
+  }
+  EXPECT_EQ(fs::file_size(out), 11u);
+  fs::remove_all(dir);
+}
+
 // Sizes as llama-gguf-split reads them: K/M/G/T (and KB...) decimal, KiB... binary.
 TEST(splice_cli, split_sizes_are_decimal_as_in_llama_gguf_split) {
   EXPECT_EQ(cli::parse_size("123", "s"), 123u);

@@ -258,9 +258,18 @@ void check_output_path(const std::string& out, const std::vector<Identity>& inpu
                             "most {}",
                             name.size(), escape_for_terminal(dir), name_max));
   struct stat lst {};
-  if (!force && ::lstat(out.c_str(), &lst) == 0)
+  if (::lstat(out.c_str(), &lst) != 0) return;
+  if (!force)
     throw Error(out, {}, std::nullopt, "output file exists; use --force to replace it",
                 Error::Kind::kUsage);
+  // In a sticky directory (such as /tmp) only the file's or the directory's owner may replace
+  // the file: the final rename would fail after all the work (root may, by CAP_FOWNER).
+  const uid_t me = ::geteuid();
+  if ((dst.st_mode & S_ISVTX) && me != 0 && me != lst.st_uid && me != dst.st_uid)
+    throw Error(out, {}, std::nullopt,
+                fmt::format("cannot replace the output: directory '{}' is sticky (as /tmp is) and "
+                            "the file belongs to another user",
+                            escape_for_terminal(dir)));
 }
 
 // Streams payloads into an output, hashing each as written, and reports progress.
