@@ -7,6 +7,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <functional>
 
 #include "cli_run.h"
 #include "ggml_ref.h"
@@ -265,6 +266,101 @@ TEST(check, small_alignment_that_breaks_32_byte_data) {
   GgufBuilder big;
   big.alignment(64).tensor("a", 0, {3}).tensor("b", 0, {8});
   EXPECT_EQ(problems(big), Strings{});
+}
+
+// Keys llama.cpp's loader reads with an exact type ("key general.file_type has wrong type i32
+// but expected type u32"); the table is checked against libllama in llama_e2e_test.
+TEST(check, keys_llama_cpp_reads_with_an_exact_type) {
+  const auto one = [](const std::function<void(GgufBuilder&)>& add) {
+    GgufBuilder b;
+    b.string("general.architecture", "llama");
+    add(b);
+    return b;
+  };
+  const auto expect_one = [](const GgufBuilder& b, size_t kv, const std::string& key,
+                             const std::string& what) {
+    EXPECT_EQ(problems(b), Strings{fmt::format("error: mem.gguf: key '{}': at byte {}: {}", key,
+                                               b.layout().kv_type_offsets[kv], what)});
+  };
+  GgufBuilder b = one([](GgufBuilder& g) { g.i32("general.file_type", 15); });
+  expect_one(b, 1, "general.file_type",
+             "general.file_type must be u32, found i32; llama.cpp's loader refuses the model");
+  b = one([](GgufBuilder& g) { g.u64("llama.block_count", 2); });
+  expect_one(b, 1, "llama.block_count",
+             "llama.block_count must be u32, found u64; llama.cpp's loader refuses the model");
+  b = one([](GgufBuilder& g) { g.f64("llama.rope.freq_base", 1e4); });
+  expect_one(b, 1, "llama.rope.freq_base",
+             "llama.rope.freq_base must be f32, found f64; llama.cpp's loader refuses the model");
+  b = one([](GgufBuilder& g) { g.u8("tokenizer.ggml.add_bos_token", 1); });
+  expect_one(b, 1, "tokenizer.ggml.add_bos_token",
+             "tokenizer.ggml.add_bos_token must be bool, found u8; llama.cpp's loader refuses "
+             "the model");
+  b = one([](GgufBuilder& g) { g.string_array("general.name", {"x"}); });
+  expect_one(b, 1, "general.name",
+             "general.name must be string, found array of string; llama.cpp's loader refuses "
+             "the model");
+  b = one([](GgufBuilder& g) {
+    g.array("tokenizer.ggml.token_type", testing::Tag::kU32, std::vector<uint32_t>{1, 2});
+  });
+  expect_one(b, 1, "tokenizer.ggml.token_type",
+             "tokenizer.ggml.token_type must be an array of i32, found array of u32; llama.cpp's "
+             "loader refuses the model");
+  b = one([](GgufBuilder& g) { g.u32("tokenizer.ggml.scores", 1); });
+  expect_one(b, 1, "tokenizer.ggml.scores",
+             "tokenizer.ggml.scores must be an array of f32 or i32, found u32; llama.cpp's loader "
+             "refuses the model");
+  // Per-layer keys: a u32, or an array of u32, i32 or bool with one entry per layer.
+  b = one([](GgufBuilder& g) { g.i32("llama.attention.head_count", 4); });
+  expect_one(b, 1, "llama.attention.head_count",
+             "llama.attention.head_count must be u32, or an array of u32, i32 or bool with one "
+             "entry per layer, found i32; llama.cpp's loader refuses the model");
+  b = one([](GgufBuilder& g) {
+    g.u32("llama.block_count", 2)
+        .array("llama.feed_forward_length", testing::Tag::kI32,
+               std::vector<int32_t>{256, 256, 256});
+  });
+  expect_one(b, 2, "llama.feed_forward_length",
+             "llama.feed_forward_length has 3 entries; llama.cpp's loader wants one per layer (2, "
+             "as llama.block_count says)");
+  // Accepted forms, keys llama.cpp does not type-check, and keys of other architectures.
+  const std::vector<GgufBuilder> fine = {
+      one([](GgufBuilder& g) {
+        g.u32("llama.block_count", 2)
+            .array("llama.feed_forward_length", testing::Tag::kI32, std::vector<int32_t>{256, 0})
+            .array("llama.attention.head_count", testing::Tag::kU32, std::vector<uint32_t>{4, 4})
+            .array("tokenizer.ggml.scores", testing::Tag::kI32, std::vector<int32_t>{0})
+            .u64("tokenizer.ggml.cls_token_id", 3)
+            .u64("tokenizer.chat_template", 3)
+            .i32("deepseek2.attention.q_lora_rank", 3)
+            .i32("llama.attention.q_lora_rank", 3)
+            .u64("llama.rope.scale_linear", 3)
+            .f32("llama.rope.scaling.factor", 2);
+      }),
+      // merges are read only by the BPE tokenizers; key_length only with attention heads.
+      one([](GgufBuilder& g) {
+        g.string("tokenizer.ggml.model", "llama")
+            .u32("tokenizer.ggml.merges", 1)
+            .u32("llama.attention.head_count", 0)
+            .i32("llama.attention.key_length", 64);
+      }),
+  };
+  for (const GgufBuilder& g : fine) EXPECT_EQ(problems(g), Strings{});
+  b = one([](GgufBuilder& g) {
+    g.string("tokenizer.ggml.model", "gpt2").u32("tokenizer.ggml.merges", 1);
+  });
+  expect_one(b, 2, "tokenizer.ggml.merges",
+             "tokenizer.ggml.merges must be an array of string, found u32; llama.cpp's loader "
+             "refuses the model");
+  // DeepSeek's own keys, for deepseek2 only.
+  b = GgufBuilder();
+  b.string("general.architecture", "deepseek2").u64("deepseek2.expert_shared_count", 1);
+  expect_one(b, 1, "deepseek2.expert_shared_count",
+             "deepseek2.expert_shared_count must be u32, found u64; llama.cpp's loader refuses "
+             "the model");
+  // Not a model: an imatrix or adapter is read by other code.
+  b = GgufBuilder();
+  b.string("general.type", "imatrix").i32("general.file_type", 1);
+  EXPECT_EQ(problems(b), Strings{});
 }
 
 TEST(check, quantization_version_missing) {

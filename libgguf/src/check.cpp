@@ -185,6 +185,122 @@ std::string name_nonfinite(uint64_t bits, int mantissa_bits, int total_bits) {
   return (bits >> (total_bits - 1)) & 1 ? "-inf" : "inf";
 }
 
+// ---- metadata key types ----
+
+// Keys llama.cpp's loader reads with an exact value type, refusing the model when the file
+// holds another ("key general.file_type has wrong type i32 but expected type u32"). Each was
+// confirmed by loading a file with only that key retyped in libllama (node-llama-cpp 3.21.1).
+// A key starting with '.' follows the architecture ("llama.block_count"). Keys llama.cpp does
+// not type-check (general.quantization_version, tokenizer.chat_template, cls_token_id, ...)
+// are not listed; general.architecture and general.alignment have checks of their own.
+enum class KeyForm : uint8_t {
+  kScalar,    // exactly `type`
+  kPerLayer,  // a u32, or an array of u32, i32 or bool with one entry per layer
+  kArray,     // an array of `type` (or of `alt`)
+};
+enum KeyArchs : uint8_t { kAnyArch = 0, kLlama = 1, kDeepseek2 = 2 };
+
+constexpr ValueType kNoAlt = static_cast<ValueType>(kValueTypeCount);
+
+struct KeyRule {
+  std::string_view key;
+  ValueType type;
+  KeyForm form = KeyForm::kScalar;
+  uint8_t archs = kAnyArch;
+  ValueType alt = kNoAlt;  // a second element type an array may have
+};
+
+constexpr ValueType kU32 = ValueType::kU32, kF32 = ValueType::kF32, kBool = ValueType::kBool,
+                    kStr = ValueType::kString, kI32 = ValueType::kI32;
+constexpr KeyForm kPerLayer = KeyForm::kPerLayer, kArray = KeyForm::kArray;
+
+constexpr KeyRule kKeyRules[] = {
+    {"general.name", kStr},
+    {"general.file_type", kU32},
+    {".block_count", kU32},
+    {".context_length", kU32},
+    {".embedding_length", kU32},
+    {".embedding_length_out", kU32},
+    {".feed_forward_length", kU32, kPerLayer},
+    {".expert_count", kU32},
+    {".expert_used_count", kU32, kPerLayer},
+    {".expert_group_count", kU32},
+    {".expert_group_used_count", kU32},
+    {".nextn_predict_layers", kU32},
+    {".pooling_type", kU32},
+    {".attention.head_count", kU32, kPerLayer},
+    {".attention.head_count_kv", kU32, kPerLayer},
+    {".attention.causal", kBool},
+    {".attention.key_length", kU32},
+    {".attention.value_length", kU32},
+    {".attention.key_length_swa", kU32},
+    {".attention.value_length_swa", kU32},
+    {".rope.dimension_count", kU32},
+    {".rope.dimension_count_swa", kU32},
+    {".rope.freq_base", kF32},
+    {".rope.scale_linear", kF32},
+    {".rope.scaling.type", kStr},
+    {".rope.scaling.factor", kF32},
+    {".rope.scaling.attn_factor", kF32},
+    {".rope.scaling.alpha", kF32},
+    {".rope.scaling.finetuned", kBool},
+    {".rope.scaling.original_context_length", kU32},
+    {".classifier.output_labels", kStr, kArray},
+    {".vocab_size", kU32, KeyForm::kScalar, kLlama | kDeepseek2},
+    {".attention.layer_norm_rms_epsilon", kF32, KeyForm::kScalar, kLlama | kDeepseek2},
+    {".attention.q_lora_rank", kU32, KeyForm::kScalar, kDeepseek2},
+    {".attention.kv_lora_rank", kU32, KeyForm::kScalar, kDeepseek2},
+    {".attention.key_length_mla", kU32, KeyForm::kScalar, kDeepseek2},
+    {".attention.value_length_mla", kU32, KeyForm::kScalar, kDeepseek2},
+    {".attention.temperature_length", kU32, KeyForm::kScalar, kDeepseek2},
+    {".attention.temperature_scale", kF32, KeyForm::kScalar, kDeepseek2},
+    {".leading_dense_block_count", kU32, KeyForm::kScalar, kDeepseek2},
+    {".expert_feed_forward_length", kU32, kPerLayer, kDeepseek2},
+    {".expert_shared_count", kU32, KeyForm::kScalar, kDeepseek2},
+    {".expert_weights_scale", kF32, KeyForm::kScalar, kDeepseek2},
+    {".expert_weights_norm", kBool, KeyForm::kScalar, kDeepseek2},
+    {".expert_gating_func", kU32, KeyForm::kScalar, kDeepseek2},
+    {".rope.scaling.yarn_log_multiplier", kF32, KeyForm::kScalar, kDeepseek2},
+    {"tokenizer.ggml.model", kStr},
+    {"tokenizer.ggml.pre", kStr},
+    {"tokenizer.ggml.tokens", kStr, kArray},
+    {"tokenizer.ggml.scores", kF32, kArray, kAnyArch, kI32},
+    {"tokenizer.ggml.token_type", kI32, kArray},
+    {"tokenizer.ggml.merges", kStr, kArray},
+    {"tokenizer.ggml.suppress_tokens", kI32, kArray},
+    {"tokenizer.ggml.token_type_count", kU32},
+    {"tokenizer.ggml.add_space_prefix", kBool},
+    {"tokenizer.ggml.remove_extra_whitespaces", kBool},
+    {"tokenizer.ggml.add_bos_token", kBool},
+    {"tokenizer.ggml.add_eos_token", kBool},
+    {"tokenizer.ggml.add_sep_token", kBool},
+    {"tokenizer.ggml.normalizer.lowercase", kBool},
+    {"tokenizer.ggml.normalizer.strip_accents", kBool},
+    {"tokenizer.ggml.unknown_token_id", kU32},
+    {"tokenizer.ggml.bos_token_id", kU32},
+    {"tokenizer.ggml.eos_token_id", kU32},
+    {"tokenizer.ggml.eot_token_id", kU32},
+    {"tokenizer.ggml.eom_token_id", kU32},
+    {"tokenizer.ggml.seperator_token_id", kU32},
+    {"tokenizer.ggml.padding_token_id", kU32},
+    {"tokenizer.ggml.mask_token_id", kU32},
+    {"tokenizer.ggml.fim_pre_token_id", kU32},
+    {"tokenizer.ggml.fim_suf_token_id", kU32},
+    {"tokenizer.ggml.fim_mid_token_id", kU32},
+    {"tokenizer.ggml.fim_pad_token_id", kU32},
+    {"tokenizer.ggml.fim_rep_token_id", kU32},
+    {"tokenizer.ggml.fim_sep_token_id", kU32},
+    {"tokenizer.ggml.prefix_token_id", kU32},
+    {"tokenizer.ggml.suffix_token_id", kU32},
+    {"tokenizer.ggml.middle_token_id", kU32},
+};
+
+// "i32", "array of u32", "array of string".
+std::string type_text(const Value& v) {
+  if (!v.is_array()) return std::string(value_type_name(v.type()));
+  return fmt::format("array of {}", value_type_name(v.array_type()));
+}
+
 struct Chunk {
   size_t tensor;  // index into Model::tensors()
   uint64_t first_unit, n_units;
@@ -197,6 +313,7 @@ class Checker {
   std::vector<Problem> run() {
     for (const auto& shard : model_.shards()) check_shard(*shard);
     check_architecture();
+    check_key_types();
     check_quantization_version();
     check_expert_types();
     if (options_.scan_data) scan_data();
@@ -373,6 +490,95 @@ class Checker {
       add(f, key_object("general.architecture"), arch->type_offset(),
           fmt::format("general.architecture must be a string, found {}",
                       value_type_name(arch->value.type())));
+  }
+
+  // Keys of kKeyRules in another type than llama.cpp reads them with; only in a model (an
+  // imatrix, an adapter or another kind of GGUF is read by other code).
+  void check_key_types() {
+    const GgufFile& f = model_.first();
+    if (const KeyValue* type = entry(f, "general.type");
+        type && !(type->value.as_string() && *type->value.as_string() == "model"))
+      return;
+    const KeyValue* arch_kv = entry(f, "general.architecture");
+    const std::string* arch = arch_kv ? arch_kv->value.as_string() : nullptr;
+    const uint8_t arch_bit = !arch                  ? 0
+                             : *arch == "llama"     ? kLlama
+                             : *arch == "deepseek2" ? kDeepseek2
+                                                    : 0;
+    const auto find = [&](std::string_view key) -> const KeyValue* {
+      if (!key.starts_with('.')) return entry(f, key);
+      return arch ? entry(f, *arch + std::string(key)) : nullptr;
+    };
+    const auto scalar_u32 = [&](std::string_view key) -> std::optional<uint64_t> {
+      const KeyValue* kv = find(key);
+      if (!kv || kv->value.type() != kU32) return std::nullopt;
+      return kv->value.as_uint();
+    };
+    const std::optional<uint64_t> layers = scalar_u32(".block_count");
+    // Read only when the first layer has attention heads.
+    bool heads = true;
+    if (const KeyValue* h = find(".attention.head_count")) {
+      const Value first =
+          h->value.is_array() && h->value.array_size() > 0 ? h->value.element(0) : h->value;
+      heads = first.as_uint() != std::optional<uint64_t>(0);
+    }
+    const std::string* tokenizer =
+        find("tokenizer.ggml.model") ? find("tokenizer.ggml.model")->value.as_string() : nullptr;
+    for (const KeyRule& rule : kKeyRules) {
+      if (rule.archs != kAnyArch && !(rule.archs & arch_bit)) continue;
+      const KeyValue* kv = find(rule.key);
+      if (!kv) continue;
+      const std::string_view k = rule.key;
+      if ((k == ".attention.key_length" || k == ".attention.value_length" ||
+           k == ".rope.dimension_count") &&
+          !heads)
+        continue;
+      // Read only when rope.scaling.factor is absent; q_lora_rank not for DeepSeek's "lite"
+      // models; merges only by the BPE tokenizers.
+      if (k == ".rope.scale_linear" && find(".rope.scaling.factor")) continue;
+      if (k == ".attention.q_lora_rank" && layers &&
+          (*layers == 26 || *layers == 27 || *layers == 48))
+        continue;
+      if (k == "tokenizer.ggml.merges" &&
+          !(tokenizer &&
+            (*tokenizer == "gpt2" || *tokenizer == "hybriddna" || *tokenizer == "whitespace")))
+        continue;
+      const Value& v = kv->value;
+      const std::string obj = key_object(kv->key);
+      const std::string name = escape_for_terminal(kv->key);
+      std::string want;
+      switch (rule.form) {
+        case KeyForm::kScalar:
+          if (v.type() == rule.type) continue;
+          want = value_type_name(rule.type);
+          break;
+        case KeyForm::kArray:
+          // A label list that is not an array is ignored by llama.cpp.
+          if (!v.is_array() && k == ".classifier.output_labels") continue;
+          if (v.is_array() && (v.array_type() == rule.type || v.array_type() == rule.alt)) continue;
+          want = rule.alt == kNoAlt
+                     ? fmt::format("an array of {}", value_type_name(rule.type))
+                     : fmt::format("an array of {} or {}", value_type_name(rule.type),
+                                   value_type_name(rule.alt));
+          break;
+        case KeyForm::kPerLayer:
+          if (v.type() == kU32) continue;
+          if (v.is_array() &&
+              (v.array_type() == kU32 || v.array_type() == kI32 || v.array_type() == kBool)) {
+            if (!layers || v.array_size() == *layers) continue;
+            add(f, obj, kv->type_offset(),
+                fmt::format("{} has {} entries; llama.cpp's loader wants one per layer ({}, as "
+                            "{}.block_count says)",
+                            name, v.array_size(), *layers, escape_for_terminal(*arch)));
+            continue;
+          }
+          want = "u32, or an array of u32, i32 or bool with one entry per layer";
+          break;
+      }
+      add(f, obj, kv->type_offset(),
+          fmt::format("{} must be {}, found {}; llama.cpp's loader refuses the model", name, want,
+                      type_text(v)));
+    }
   }
 
   void check_quantization_version() {
