@@ -34,9 +34,9 @@ int main(int argc, char** argv) {
         "ff", po::value<int>(), "expert FFN width (multiple of 256)")(
         "vocab", po::value<int>(), "vocabulary size (llama: at least 259)")(
         "seed", po::value<uint64_t>(), "weight seed")(
-        "threads", gguf::cli::count_value(&threads, gguf::cli::kMaxThreads, "--threads", 1),
-        "encoding threads (default 1)")("force", po::bool_switch(&force),
-                                        "replace an existing output");
+        "threads", gguf::cli::count_value(&threads, gguf::cli::kMaxThreads, "--threads"),
+        "encoding threads (default 1; 0: all cores)")("force", po::bool_switch(&force),
+                                                      "replace an existing output");
     po::variables_map vm;
     if (gguf::cli::parse_command_line(argc, argv, "make_tiny_moe", "-o OUT.gguf [OPTIONS]", desc,
                                       {}, vm))
@@ -53,7 +53,7 @@ int main(int argc, char** argv) {
     take("ff", spec.n_ff_exp, llama.n_ff);
     take("vocab", spec.vocab, llama.vocab);
     take("seed", spec.seed, llama.seed);
-    spec.threads = llama.threads = threads;
+    spec.threads = llama.threads = gguf::cli::thread_count(threads);
     gguf::Plan plan;
     if (arch == "llama") {
       if (recipe == "ds4") gguf::usage_error("--recipe ds4 is for --arch deepseek2");

@@ -343,6 +343,11 @@ TEST(check, keys_llama_cpp_reads_with_an_exact_type) {
             .u32("llama.attention.head_count", 0)
             .i32("llama.attention.key_length", 64);
       }),
+      one([](GgufBuilder& g) { g.i32("llama.rope.dimension_count", 64); }),  // no head_count
+      // No vocabulary: no other tokenizer key is read.
+      one([](GgufBuilder& g) {
+        g.string("tokenizer.ggml.model", "none").i32("tokenizer.ggml.bos_token_id", 1);
+      }),
   };
   for (const GgufBuilder& g : fine) EXPECT_EQ(problems(g), Strings{});
   b = one([](GgufBuilder& g) {

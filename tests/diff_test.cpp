@@ -1051,6 +1051,14 @@ TEST(diff, manifest_errors_name_the_problem) {
     EXPECT_EQ(error_of(R"({"tensors": [{"name": "x", "type": "f32", "shape": )" + deep + "}]}"),
               "m.json: at byte 80: nests deeper than 32 levels; expected the output of "
               "gguf-inspect --hashes --json");
+    // A string ending in an escaped backslash ends there; the brackets after it count.
+    EXPECT_EQ(error_of(R"({"tensors": [], "k": "a\\", "x": )" + deep + "}"),
+              "m.json: at byte 64: nests deeper than 32 levels; expected the output of "
+              "gguf-inspect --hashes --json");
+    // A text cut inside a string after a backslash is the parser's to report.
+    EXPECT_EQ(error_of(R"({"tensors": ["\)"),
+              "m.json: at byte 15: not a JSON document; expected the output of gguf-inspect "
+              "--hashes --json");
     const std::string ok_deep = std::string(29, '[') + std::string(29, ']');
     EXPECT_EQ(error_of(R"({"tensors": [{"name": "[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[\"[[", )"
                        R"("type": "f32", "shape": [4], "x": )" +

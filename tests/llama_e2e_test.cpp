@@ -528,55 +528,79 @@ TEST(LlamaE2E, LlamaQuantizeAndRequantAgreeWithAnImatrix) {
 }
 
 // gguf-inspect --check's table of keys llama.cpp reads with an exact type, against llama.cpp:
-// each retyped key (value kept) makes libllama refuse the model and --check report it; the
-// keys llama.cpp does not type-check load, and --check says nothing of them.
+// each key a llama model reaches, retyped, makes libllama refuse the model naming the key, and
+// --check report it; the keys llama.cpp does not type-check load, and --check says nothing.
 TEST(LlamaE2E, CheckFlagsExactlyTheKeyTypesLlamaCppRefuses) {
   GGUF_REQUIRE_LLAMA();
   TempDir dir;
   LlamaMoeSpec spec;
   spec.n_layers = 2;
   const Plan plan = synth_llama_moe_plan(spec);
-  const uint32_t layers = 2;
-  const std::vector<uint32_t> three = {256, 256, 256};
-  const std::vector<std::pair<std::string, Value>> refused = {
-      {"general.file_type", Value::i32(1)},
-      {"general.name", Value::u32(1)},
-      {"llama.block_count", Value::i32(static_cast<int32_t>(layers))},
-      {"llama.context_length", Value::u64(2048)},
-      {"llama.feed_forward_length", Value::i32(256)},
-      {"llama.feed_forward_length", Value::array_of<uint32_t>(ValueType::kU32, three)},
-      {"llama.attention.head_count_kv", Value::u16(2)},
-      {"llama.rope.freq_base", Value::f64(10000)},
-      {"llama.attention.layer_norm_rms_epsilon", Value::f64(1e-5)},
-      {"llama.expert_count", Value::i32(4)},
-      {"llama.vocab_size", Value::u64(512)},
-      {"tokenizer.ggml.model", Value::string_array({"llama"})},
-      {"tokenizer.ggml.eos_token_id", Value::i32(2)},
-      {"tokenizer.ggml.add_bos_token", Value::u8(1)},
+  const std::vector<int32_t> one_i32 = {1};
+  const std::vector<uint32_t> one_u32 = {1}, three = {256, 256, 256};
+  // Another type than the rule's (any other is refused alike).
+  const auto retyped = [&](const KeyTypeRule& rule) -> Value {
+    switch (rule.form) {
+      case KeyForm::kPerLayer:
+        return Value::i32(1);
+      case KeyForm::kArray:
+        return rule.type == ValueType::kString
+                   ? Value::array_of<int32_t>(ValueType::kI32, one_i32)
+                   : Value::array_of<uint32_t>(ValueType::kU32, one_u32);
+      case KeyForm::kScalar:
+        break;
+    }
+    switch (rule.type) {
+      case ValueType::kU32:
+        return Value::i32(1);
+      case ValueType::kF32:
+        return Value::f64(1);
+      case ValueType::kBool:
+        return Value::u8(1);
+      default:
+        return Value::string_array({"x"});
+    }
   };
+  std::vector<std::pair<std::string, Value>> refused;
+  for (const KeyTypeRule& rule : llama_key_type_rules()) {
+    // Merges are read only by BPE tokenizers (this model's is SentencePiece).
+    if ((rule.archs != kAnyArch && !(rule.archs & kArchLlama)) ||
+        rule.key == "tokenizer.ggml.merges")
+      continue;
+    refused.emplace_back(
+        rule.key.starts_with('.') ? "llama" + std::string(rule.key) : std::string(rule.key),
+        retyped(rule));
+  }
+  ASSERT_GT(refused.size(), 60u);
+  // A per-layer array of the wrong length.
+  refused.emplace_back("llama.feed_forward_length",
+                       Value::array_of<uint32_t>(ValueType::kU32, three));
+  const std::string path = dir.file("retyped.gguf");
+  WriteOptions replace;
+  replace.force = true;
   for (const auto& [key, value] : refused) {
     SCOPED_TRACE(key + " as " + std::string(value_type_name(value.type())));
     Plan p = plan;
     p.metadata.set(key, value);
-    const std::string path = dir.file("retyped.gguf");
-    WriteOptions wo;
-    wo.force = true;
-    write_plan(p, path, wo);
-    EXPECT_FALSE(LlamaRef::get().run(path, kPrompt).loaded) << "llama.cpp loaded it";
+    write_plan(p, path, replace);
+    const auto r = LlamaRef::get().run(path, kPrompt);
+    EXPECT_FALSE(r.loaded) << "llama.cpp loaded it";
+    EXPECT_NE(r.log.find(key), std::string::npos) << "llama.cpp refused it for another reason:\n"
+                                                  << r.log;
     size_t about_key = 0;
     for (const Problem& pr : check_model(Model::open(path)))
       if (pr.object == "key '" + key + "'" && pr.severity == std::string("error")) ++about_key;
     EXPECT_EQ(about_key, 1u);
   }
-  // Not type-checked by llama.cpp (cls_token_id, chat_template), or accepted in this form (a
-  // per-layer array of i32).
+  // Not type-checked by llama.cpp (cls_token_id, chat_template, merges of a SentencePiece
+  // vocabulary), or accepted in this form (a per-layer array of i32).
   Plan p = plan;
   p.metadata.set("tokenizer.ggml.cls_token_id", Value::u64(1));
   p.metadata.set("tokenizer.chat_template", Value::u32(1));
+  p.metadata.set("tokenizer.ggml.merges", Value::u32(1));
   const std::vector<int32_t> per_layer = {256, 256};
   p.metadata.set("llama.feed_forward_length", Value::array_of<int32_t>(ValueType::kI32, per_layer));
-  const std::string path = dir.file("accepted.gguf");
-  write_plan(p, path, {});
+  write_plan(p, path, replace);
   run_model(path);
   EXPECT_EQ(check_model(Model::open(path)).size(), 0u);
 }

@@ -377,10 +377,13 @@ TEST(requant_rules, bad_rules_are_usage_errors) {
   EXPECT_EQ(tensor("attn=i32"), "--tensor-type 'attn=i32': no encoder for i32 yet");
   EXPECT_EQ(usage([] { named_type_rule(TypeRule::Kind::kOutput, "--output-tensor-type", "f64"); }),
             "--output-tensor-type 'f64': no encoder for f64 yet");
-  EXPECT_EQ(run_cli("gguf-requant",
-                    {"/nonexistent.gguf", "--dry-run", "--type", "", "--tensor-type", "exps=q4_0"})
-                .code,
-            2);
+  const auto unknown = run_cli("gguf-requant", {"/nonexistent.gguf", "--dry-run", "--type", "bogus",
+                                                "--tensor-type", "exps=q4_0"});
+  EXPECT_EQ(unknown.code, 2);
+  EXPECT_TRUE(
+      unknown.err.starts_with("gguf-requant: error: --type: unknown type 'bogus' (types "
+                              "it can write: f32, f16, q4_0,"))
+      << unknown.err;
   const auto cli = run_cli("gguf-requant", {"/nonexistent.gguf", "--dry-run", "--type", "i8"});
   EXPECT_EQ(cli.code, 2);
   EXPECT_EQ(cli.err,

@@ -271,20 +271,24 @@ TEST(splice_cli, dry_run_refuses_an_output_directory_that_cannot_take_it) {
 // after writing everything). Needs root to set up, and setpriv to run the tool as nobody.
 TEST(splice_cli, another_users_file_in_a_sticky_directory_is_refused_before_any_work) {
   REQUIRE_TOOL();
-  const std::string tool = std::string(GGUF_TOOLS_DIR) + "/gguf-splice";
-  const std::vector<std::string> as_nobody = {"--reuid=65534", "--regid=65534", "--clear-groups"};
-  auto nobody = [&](std::vector<std::string> args) {
-    std::vector<std::string> all = as_nobody;
-    all.push_back(tool);
-    all.insert(all.end(), args.begin(), args.end());
-    return testing::run_program("setpriv", all);
-  };
-  if (::geteuid() != 0 || nobody({"--version"}).code != 0)
-    GTEST_SKIP() << "needs root and setpriv, and the tool reachable by user nobody";
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root to set up another user's file";
+  if (testing::run_program("setpriv", {"--help"}).code != 0) GTEST_SKIP() << "needs setpriv";
   std::string templ = (fs::temp_directory_path() / "gguf-sticky-XXXXXX").string();
   ASSERT_NE(::mkdtemp(templ.data()), nullptr);
   const fs::path dir = templ;
   fs::permissions(dir, fs::perms::all | fs::perms::sticky_bit);
+  // A copy of the tool in the directory, so that user nobody reaches it wherever the build is.
+  const std::string tool = (dir / "gguf-splice").string();
+  fs::copy_file(std::string(GGUF_TOOLS_DIR) + "/gguf-splice", tool);
+  auto nobody = [&](std::vector<std::string> args) {
+    std::vector<std::string> all = {"--reuid=65534", "--regid=65534", "--clear-groups", tool};
+    all.insert(all.end(), args.begin(), args.end());
+    return testing::run_program("setpriv", all);
+  };
+  if (nobody({"--version"}).code != 0) {
+    fs::remove_all(dir);
+    GTEST_SKIP() << "user nobody cannot run the tool from " << dir << " (noexec?)";
+  }
   for (const char* f : {"base.gguf", "donor.gguf"})
     fs::copy_file(f == std::string("base.gguf") ? fx().base : fx().donor, dir / f);
   const std::string out = (dir / "owned.gguf").string();

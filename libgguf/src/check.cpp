@@ -187,34 +187,17 @@ std::string name_nonfinite(uint64_t bits, int mantissa_bits, int total_bits) {
 
 // ---- metadata key types ----
 
-// Keys llama.cpp's loader reads with an exact value type, refusing the model when the file
-// holds another ("key general.file_type has wrong type i32 but expected type u32"). Each was
-// confirmed by loading a file with only that key retyped in libllama (node-llama-cpp 3.21.1).
-// A key starting with '.' follows the architecture ("llama.block_count"). Keys llama.cpp does
-// not type-check (general.quantization_version, tokenizer.chat_template, cls_token_id, ...)
-// are not listed; general.architecture and general.alignment have checks of their own.
-enum class KeyForm : uint8_t {
-  kScalar,    // exactly `type`
-  kPerLayer,  // a u32, or an array of u32, i32 or bool with one entry per layer
-  kArray,     // an array of `type` (or of `alt`)
-};
-enum KeyArchs : uint8_t { kAnyArch = 0, kLlama = 1, kDeepseek2 = 2 };
-
-constexpr ValueType kNoAlt = static_cast<ValueType>(kValueTypeCount);
-
-struct KeyRule {
-  std::string_view key;
-  ValueType type;
-  KeyForm form = KeyForm::kScalar;
-  uint8_t archs = kAnyArch;
-  ValueType alt = kNoAlt;  // a second element type an array may have
-};
-
+// The table behind llama_key_type_rules(). Each entry was confirmed by loading a file with
+// only that key retyped in libllama (node-llama-cpp 3.21.1; llama_e2e_test repeats it for every
+// rule a llama model reaches). Keys llama.cpp does not type-check (general.quantization_version,
+// tokenizer.chat_template, cls_token_id, ...) are not listed; general.architecture and
+// general.alignment have checks of their own.
 constexpr ValueType kU32 = ValueType::kU32, kF32 = ValueType::kF32, kBool = ValueType::kBool,
                     kStr = ValueType::kString, kI32 = ValueType::kI32;
 constexpr KeyForm kPerLayer = KeyForm::kPerLayer, kArray = KeyForm::kArray;
+constexpr uint8_t kLlama = kArchLlama, kDeepseek2 = kArchDeepseek2;
 
-constexpr KeyRule kKeyRules[] = {
+constexpr KeyTypeRule kKeyRules[] = {
     {"general.name", kStr},
     {"general.file_type", kU32},
     {".block_count", kU32},
@@ -515,8 +498,8 @@ class Checker {
       return kv->value.as_uint();
     };
     const std::optional<uint64_t> layers = scalar_u32(".block_count");
-    // Read only when the first layer has attention heads.
-    bool heads = true;
+    // Read only when the first layer has attention heads (none when the key is missing).
+    bool heads = false;
     if (const KeyValue* h = find(".attention.head_count")) {
       const Value first =
           h->value.is_array() && h->value.array_size() > 0 ? h->value.element(0) : h->value;
@@ -524,8 +507,12 @@ class Checker {
     }
     const std::string* tokenizer =
         find("tokenizer.ggml.model") ? find("tokenizer.ggml.model")->value.as_string() : nullptr;
-    for (const KeyRule& rule : kKeyRules) {
+    // A model without a vocabulary: llama.cpp reads no other tokenizer key.
+    const bool no_vocab = tokenizer && (*tokenizer == "none" || *tokenizer == "no_vocab");
+    for (const KeyTypeRule& rule : kKeyRules) {
       if (rule.archs != kAnyArch && !(rule.archs & arch_bit)) continue;
+      if (no_vocab && rule.key.starts_with("tokenizer.") && rule.key != "tokenizer.ggml.model")
+        continue;
       const KeyValue* kv = find(rule.key);
       if (!kv) continue;
       const std::string_view k = rule.key;
@@ -556,7 +543,7 @@ class Checker {
           // A label list that is not an array is ignored by llama.cpp.
           if (!v.is_array() && k == ".classifier.output_labels") continue;
           if (v.is_array() && (v.array_type() == rule.type || v.array_type() == rule.alt)) continue;
-          want = rule.alt == kNoAlt
+          want = rule.alt == kNoAltType
                      ? fmt::format("an array of {}", value_type_name(rule.type))
                      : fmt::format("an array of {} or {}", value_type_name(rule.type),
                                    value_type_name(rule.alt));
@@ -782,6 +769,8 @@ std::optional<std::string> overlap_warning(const Model& m) {
   }
   return std::nullopt;
 }
+
+std::span<const KeyTypeRule> llama_key_type_rules() { return kKeyRules; }
 
 std::vector<Problem> check_model(const Model& model, const CheckOptions& options) {
   return Checker(model, options).run();

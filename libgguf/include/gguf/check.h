@@ -7,9 +7,11 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
+#include "gguf/metadata.h"
 #include "gguf/model.h"
 #include "gguf/types.h"
 
@@ -49,6 +51,25 @@ std::optional<std::string> overlap_warning(const Model& m);
 // "e", ...), or nothing (always nothing for types without such a scale, float types included).
 std::optional<std::pair<uint64_t, std::string>> first_nonfinite_scale(
     GgmlType type, std::span<const uint8_t> blocks);
+
+// Keys llama.cpp's loader reads with an exact value type, refusing a model whose file holds
+// another; check_model reports them. A key starting with '.' follows the architecture
+// ("llama.block_count"); archs limits a rule to architectures whose loader reads the key.
+enum class KeyForm : uint8_t {
+  kScalar,    // exactly `type`
+  kPerLayer,  // a u32, or an array of u32, i32 or bool with one entry per layer
+  kArray,     // an array of `type` (or of `alt`)
+};
+inline constexpr uint8_t kAnyArch = 0, kArchLlama = 1, kArchDeepseek2 = 2;
+inline constexpr ValueType kNoAltType = static_cast<ValueType>(kValueTypeCount);
+struct KeyTypeRule {
+  std::string_view key;
+  ValueType type;
+  KeyForm form = KeyForm::kScalar;
+  uint8_t archs = kAnyArch;
+  ValueType alt = kNoAltType;  // a second element type an array may have
+};
+std::span<const KeyTypeRule> llama_key_type_rules();
 
 // Problems in a stable order: per shard the alignment, then each tensor's name, type and
 // layout; then model-wide keys and expert types; then data problems in tensor order.

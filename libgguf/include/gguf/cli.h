@@ -43,7 +43,9 @@ void json_document_printed();
 
 // Parses argv into vm with the options of visible (listed by --help) and hidden (parsed, not
 // listed: what the positional arguments fill) and positional; handles --help (prints usage and
-// visible to stdout; returns true meaning "exit 0 now") and --version.
+// visible to stdout; returns true meaning "exit 0 now") and --version. Long options must be
+// spelled whole (no prefix guessing), and an empty value (of an option or a positional
+// argument) is a usage error.
 bool parse_command_line(int argc, char** argv, std::string_view tool, std::string_view usage,
                         const po::options_description& visible,
                         const po::options_description& hidden,
