@@ -181,17 +181,19 @@ TEST(splice, ftype_of_the_newest_types) {
   EXPECT_EQ(ftype_of_type(static_cast<uint32_t>(GgmlType::I32)), std::nullopt);
 }
 
+// A tensor of the given type and shape whose bytes are all 1, held in memory.
+PlanTensor mem(const char* name, GgmlType type, std::vector<int64_t> shape) {
+  PlanTensor t;
+  t.name = name;
+  t.type_id = static_cast<uint32_t>(type);
+  t.shape = std::move(shape);
+  t.bytes = expected_bytes(t);
+  t.source = MemoryBytes{std::make_shared<const std::vector<uint8_t>>(t.bytes, uint8_t{1})};
+  return t;
+}
+
 TEST(splice, file_type_is_removed_when_no_ftype_fits) {
   Scratch dir;
-  const auto mem = [](const char* name, GgmlType type, std::vector<int64_t> shape) {
-    PlanTensor t;
-    t.name = name;
-    t.type_id = static_cast<uint32_t>(type);
-    t.shape = std::move(shape);
-    t.bytes = expected_bytes(t);
-    t.source = MemoryBytes{std::make_shared<const std::vector<uint8_t>>(t.bytes, uint8_t{1})};
-    return t;
-  };
   Plan b, d;
   b.metadata.set("general.architecture", Value::string("deepseek2"));
   b.metadata.set("general.file_type", Value::u32(1));
@@ -216,15 +218,6 @@ TEST(splice, file_type_is_removed_when_no_ftype_fits) {
 // when the value stays, with a warning, not carried over as it was.
 TEST(splice, file_type_of_another_integer_type_is_written_as_u32) {
   Scratch dir;
-  const auto mem = [](const char* name, GgmlType type, std::vector<int64_t> shape) {
-    PlanTensor t;
-    t.name = name;
-    t.type_id = static_cast<uint32_t>(type);
-    t.shape = std::move(shape);
-    t.bytes = expected_bytes(t);
-    t.source = MemoryBytes{std::make_shared<const std::vector<uint8_t>>(t.bytes, uint8_t{1})};
-    return t;
-  };
   for (const Value& stored : {Value::i32(1), Value::u64(1), Value::u16(1)}) {
     SCOPED_TRACE(value_type_name(stored.type()));
     Plan b, d;
