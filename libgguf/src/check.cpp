@@ -492,12 +492,9 @@ class Checker {
       if (!key.starts_with('.')) return entry(f, key);
       return arch ? entry(f, *arch + std::string(key)) : nullptr;
     };
-    const auto scalar_u32 = [&](std::string_view key) -> std::optional<uint64_t> {
-      const KeyValue* kv = find(key);
-      if (!kv || kv->value.type() != kU32) return std::nullopt;
-      return kv->value.as_uint();
-    };
-    const std::optional<uint64_t> layers = scalar_u32(".block_count");
+    std::optional<uint64_t> layers;  // block_count, when it is a u32
+    if (const KeyValue* b = find(".block_count"); b && b->value.type() == kU32)
+      layers = b->value.as_uint();
     // Read only when the first layer has attention heads (none when the key is missing).
     bool heads = false;
     if (const KeyValue* h = find(".attention.head_count")) {
@@ -505,8 +502,8 @@ class Checker {
           h->value.is_array() && h->value.array_size() > 0 ? h->value.element(0) : h->value;
       heads = first.as_uint() != std::optional<uint64_t>(0);
     }
-    const std::string* tokenizer =
-        find("tokenizer.ggml.model") ? find("tokenizer.ggml.model")->value.as_string() : nullptr;
+    const KeyValue* tokenizer_kv = find("tokenizer.ggml.model");
+    const std::string* tokenizer = tokenizer_kv ? tokenizer_kv->value.as_string() : nullptr;
     // A model without a vocabulary: llama.cpp reads no other tokenizer key.
     const bool no_vocab = tokenizer && (*tokenizer == "none" || *tokenizer == "no_vocab");
     for (const KeyTypeRule& rule : kKeyRules) {
