@@ -47,7 +47,7 @@ run "$tools/gguf-diff" --values --reference "$work/tiny-f16.gguf" --layers 4-5 -
 step "10. an in-house 3-bit affine format (f16 scale and min per 64 columns) of layer 5's routed"
 echo "    experts, published on top of the mixed file as q4_1: the same floats, proven by reading back"
 run "$build/examples/make_packed_affine" "$work/tiny-f16.gguf" -o "$work/inhouse-3bit.safetensors" \
-  --bits 3 --group 64 --layers 5 --role routed
+  --bits 3 --group 64 --layers 5 --role routed --force
 run "$tools/gguf-requant" "$work/inhouse-3bit.safetensors" --base "$work/mixed.gguf" \
   -o "$work/published.gguf" --force
 

@@ -199,6 +199,14 @@ TEST(safetensors_malformed, shape_overflows) {
           R"({"w": {"dtype": "F32", "shape": [4611686018427387904], "data_offsets": [0, 0]}})")),
       "m.safetensors: tensor 'w': at byte 9: shape [4611686018427387904] holds more bytes "
       "than 2^64");
+  // No elements, but read last dimension first (as GGUF will hold it) the count passes int64
+  // before the zero: ggml would refuse the GGUF written from it.
+  EXPECT_EQ(parse_error(raw_file(
+                R"({"w": {"dtype": "U8", "shape": [0, 4611686018427387904, 4611686018427387904],)"
+                R"( "data_offsets": [0, 0]}})")),
+            "m.safetensors: tensor 'w': at byte 9: shape "
+            "[0,4611686018427387904,4611686018427387904]: in GGUF's order (the last dimension "
+            "first) the element count passes 2^63 - 1 before the zero dimension");
 }
 
 TEST(safetensors_malformed, bad_data_offsets) {
@@ -723,6 +731,47 @@ TEST(affine_import, long_rows_and_threads) {
   }
 }
 
+// The example quantizer writes as the tools do: never over its input, an existing file only
+// with --force, and through a file renamed into place.
+TEST(affine_import, example_quantizer_refuses_its_input_and_an_existing_output) {
+  TempDir dir;
+  auto bytes = std::make_shared<std::vector<uint8_t>>(64 * 2 * 4);
+  for (size_t i = 0; i < bytes->size(); i += 4) {
+    const float v = 0.01f * static_cast<float>(i % 97);
+    std::memcpy(bytes->data() + i, &v, 4);
+  }
+  Plan p;
+  p.metadata.set("general.architecture", Value::string("llama"));
+  p.tensors.push_back({"blk.0.attn_q.weight", 0, {64, 2}, bytes->size(), MemoryBytes{bytes}});
+  const std::string in = dir.file("m.gguf"), out = dir.file("m.safetensors");
+  write_plan(p, in, {});
+  const auto xxh3_file = [](const std::string& path) {
+    std::ifstream f(path, std::ios::binary);
+    const std::vector<uint8_t> b((std::istreambuf_iterator<char>(f)), {});
+    return xxh3(b);
+  };
+  const auto in_hash = xxh3_file(in);
+  auto r = run_cli("../examples/make_packed_affine", {in, "-o", in});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(r.err, fmt::format("make_packed_affine: error: {0}: output is the same file as input "
+                               "'{0}'; refusing to overwrite an input (choose another output "
+                               "path)\nTry 'make_packed_affine --help' for more information.\n",
+                               in));
+  EXPECT_EQ(xxh3_file(in), in_hash);
+  r = run_cli("../examples/make_packed_affine", {in, "-o", out});
+  ASSERT_EQ(r.code, 0) << r.err;
+  const auto first = xxh3_file(out);
+  r = run_cli("../examples/make_packed_affine", {in, "-o", out, "--bits", "2"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find(out + ": output file exists; use --force to replace it"), std::string::npos)
+      << r.err;
+  EXPECT_EQ(xxh3_file(out), first);
+  r = run_cli("../examples/make_packed_affine", {in, "-o", out, "--bits", "2", "--force"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(xxh3_file(out), first);
+  EXPECT_EQ(dir.entries(), (std::vector<std::string>{"m.gguf", "m.safetensors"}));
+}
+
 // The example quantizer (make_packed_affine): what it writes imports exactly, and its values
 // are within half a step of the weights they came from.
 TEST(affine_import, example_quantizer_round_trips) {
@@ -798,7 +847,12 @@ TEST(affine_cli, imports_and_reports) {
   r = run_cli("gguf-requant", {in, "-o", dir.file("m5.gguf"), "--type", "Q5_1", "--json"});
   ASSERT_EQ(r.code, 0) << r.err;
   const auto j = nlohmann::json::parse(r.out);
-  EXPECT_EQ(j["tensors"][0]["type_before"], "affine");
+  EXPECT_EQ(j["tensors"][0]["type_before"], nullptr);  // no ggml type: bits and group below
+  EXPECT_EQ(j["tensors"][1]["type_before"], "f32");
+  for (const auto& t : j["tensors"]) {  // every key of a GGUF input's report
+    EXPECT_EQ(t["importance"], nullptr);
+    EXPECT_EQ(t["rule"], nullptr);
+  }
   EXPECT_EQ(j["tensors"][0]["type_after"], "q5_1");
   EXPECT_EQ(j["tensors"][0]["action"], "encode");
   EXPECT_EQ(j["tensors"][0]["bits"], 3);

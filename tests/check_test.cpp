@@ -271,16 +271,26 @@ TEST(check, small_alignment_that_breaks_32_byte_data) {
 // Keys llama.cpp's loader reads with an exact type ("key general.file_type has wrong type i32
 // but expected type u32"); the table is checked against libllama in llama_e2e_test.
 TEST(check, keys_llama_cpp_reads_with_an_exact_type) {
+  // These files are llama models that lack most required keys (check.required_keys): only
+  // the types are looked at here.
+  const auto type_problems = [](const GgufBuilder& b) {
+    Strings out;
+    for (const std::string& p : problems(b))
+      if (p.find("': missing; llama.cpp's loader refuses the model without it") ==
+          std::string::npos)
+        out.push_back(p);
+    return out;
+  };
   const auto one = [](const std::function<void(GgufBuilder&)>& add) {
     GgufBuilder b;
     b.string("general.architecture", "llama");
     add(b);
     return b;
   };
-  const auto expect_one = [](const GgufBuilder& b, size_t kv, const std::string& key,
-                             const std::string& what) {
-    EXPECT_EQ(problems(b), Strings{fmt::format("error: mem.gguf: key '{}': at byte {}: {}", key,
-                                               b.layout().kv_type_offsets[kv], what)});
+  const auto expect_one = [&](const GgufBuilder& b, size_t kv, const std::string& key,
+                              const std::string& what) {
+    EXPECT_EQ(type_problems(b), Strings{fmt::format("error: mem.gguf: key '{}': at byte {}: {}",
+                                                    key, b.layout().kv_type_offsets[kv], what)});
   };
   GgufBuilder b = one([](GgufBuilder& g) { g.i32("general.file_type", 15); });
   expect_one(b, 1, "general.file_type",
@@ -349,7 +359,7 @@ TEST(check, keys_llama_cpp_reads_with_an_exact_type) {
         g.string("tokenizer.ggml.model", "none").i32("tokenizer.ggml.bos_token_id", 1);
       }),
   };
-  for (const GgufBuilder& g : fine) EXPECT_EQ(problems(g), Strings{});
+  for (const GgufBuilder& g : fine) EXPECT_EQ(type_problems(g), Strings{});
   b = one([](GgufBuilder& g) {
     g.string("tokenizer.ggml.model", "gpt2").u32("tokenizer.ggml.merges", 1);
   });
@@ -368,13 +378,73 @@ TEST(check, keys_llama_cpp_reads_with_an_exact_type) {
   EXPECT_EQ(problems(b), Strings{});
 }
 
+// Keys a language model cannot do without (libllama 3.21.1: "key not found in model:
+// llama.block_count", "cannot find tokenizer vocab in model file", "cannot find tokenizer
+// merges in model file"); each is reported, once, without an offset.
+TEST(check, required_keys) {
+  const auto model = [](std::string_view without, std::string_view tokenizer = "llama") {
+    GgufBuilder b;
+    b.string("general.architecture", "llama");
+    for (const char* k : {"llama.context_length", "llama.embedding_length", "llama.block_count"})
+      if (k != without) b.u32(k, 8);
+    if (without != "tokenizer.ggml.model") b.string("tokenizer.ggml.model", std::string(tokenizer));
+    if (without != "tokenizer.ggml.tokens") b.string_array("tokenizer.ggml.tokens", {"a", "b"});
+    return b;
+  };
+  const auto missing = [](std::string_view key, std::string_view why) {
+    return Strings{
+        fmt::format("error: mem.gguf: key '{}': missing; llama.cpp's loader refuses "
+                    "the model without it ({})",
+                    key, why)};
+  };
+  EXPECT_EQ(problems(model("")), Strings{});
+  for (const char* k : {"llama.context_length", "llama.embedding_length", "llama.block_count"})
+    EXPECT_EQ(problems(model(k)), missing(k, fmt::format("key not found in model: {}", k)));
+  EXPECT_EQ(problems(model("tokenizer.ggml.model")),
+            missing("tokenizer.ggml.model", "it reads every model's vocabulary"));
+  EXPECT_EQ(problems(model("tokenizer.ggml.tokens")),
+            missing("tokenizer.ggml.tokens", "cannot find tokenizer vocab in model file"));
+  EXPECT_EQ(problems(model("", "gpt2")),
+            missing("tokenizer.ggml.merges",
+                    "a gpt2 (BPE) vocabulary: cannot find tokenizer merges in model file"));
+  GgufBuilder merges = model("", "gpt2");
+  merges.string_array("tokenizer.ggml.merges", {"a b"});
+  EXPECT_EQ(problems(merges), Strings{});
+  // A model without a vocabulary needs no tokens.
+  EXPECT_EQ(problems(model("tokenizer.ggml.tokens", "none")), Strings{});
+  // Not language models: another architecture without a vocabulary (an mmproj's "clip"), a
+  // llama-named container without hyperparameters or vocabulary, an imatrix.
+  GgufBuilder clip;
+  clip.string("general.architecture", "clip").u32("clip.vision.block_count", 4);
+  EXPECT_EQ(problems(clip), Strings{});
+  GgufBuilder bare;
+  bare.string("general.architecture", "llama").tensor("x", 0, {4});
+  EXPECT_EQ(problems(bare), Strings{});
+  GgufBuilder imatrix;
+  imatrix.string("general.type", "imatrix")
+      .string("general.architecture", "llama")
+      .u32("llama.block_count", 2);
+  EXPECT_EQ(problems(imatrix), Strings{});
+  // Another architecture with a vocabulary is a language model too.
+  GgufBuilder qwen;
+  qwen.string("general.architecture", "qwen2")
+      .string("tokenizer.ggml.model", "gpt2")
+      .string_array("tokenizer.ggml.tokens", {"a"})
+      .string_array("tokenizer.ggml.merges", {"a b"})
+      .u32("qwen2.context_length", 8)
+      .u32("qwen2.embedding_length", 8);
+  EXPECT_EQ(problems(qwen),
+            missing("qwen2.block_count", "key not found in model: qwen2.block_count"));
+}
+
 TEST(check, quantization_version_missing) {
   GgufBuilder b;
   b.tensor("x", 0, {4}).tensor("blk.0.ffn_up.weight", 12, {256});
   EXPECT_EQ(problems(b),
-            Strings{"error: mem.gguf: key 'general.quantization_version': missing, but tensor "
-                    "'blk.0.ffn_up.weight' is quantized (q4_K); llama.cpp expects "
-                    "general.quantization_version (u32, currently 2) then"});
+            Strings{"warning: mem.gguf: key 'general.quantization_version': missing, but "
+                    "tensor 'blk.0.ffn_up.weight' is quantized (q4_K); quantized GGUFs record "
+                    "general.quantization_version (u32, currently 2), though llama.cpp's loader "
+                    "does not read it"});
   GgufBuilder floats;
   floats.tensor("x", 0, {4}).tensor("y", 30, {4});
   EXPECT_EQ(problems(floats), Strings{});
@@ -384,8 +454,10 @@ TEST(check, quantization_version_of_wrong_type_or_value) {
   GgufBuilder wrong;
   wrong.i32("general.quantization_version", 2);
   EXPECT_EQ(problems(wrong),
-            Strings{fmt::format("error: mem.gguf: key 'general.quantization_version': at byte "
-                                "{}: general.quantization_version must be u32, found i32",
+            Strings{fmt::format("warning: mem.gguf: key 'general.quantization_version': at "
+                                "byte {}: general.quantization_version must be u32, found i32 "
+                                "(llama.cpp's loader does not read it; other readers may refuse "
+                                "it)",
                                 wrong.layout().kv_type_offsets[0])});
   GgufBuilder old;
   old.u32("general.quantization_version", 1);

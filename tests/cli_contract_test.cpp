@@ -96,12 +96,17 @@ TEST(cli_contract, inspect_messages_escape_the_path_the_same_everywhere) {
 
   Fixture long_name;
   long_name.tensor("output_norm.weight").name = std::string(70, 'n');
+  // Two errors: the long name, and the vocabulary's missing tokenizer.ggml.model.
+  long_name.u32s.push_back({"deepseek2.context_length", 64});
+  long_name.u32s.push_back({"deepseek2.embedding_length", 8});
   const std::string bad = long_name.write(dir, "e\x1b[31m.gguf");
   r = run_cli("gguf-inspect", {"--check", bad});
   EXPECT_EQ(r.code, 1);
   EXPECT_EQ(r.err.find('\x1b'), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("e\\x1b[31m.gguf: tensor 'nnn"), std::string::npos) << r.err;
-  EXPECT_NE(r.out.find("check: 1 error(s), 0 warning(s)"), std::string::npos) << r.out;
+  EXPECT_NE(r.err.find("e\\x1b[31m.gguf: key 'tokenizer.ggml.model': missing"), std::string::npos)
+      << r.err;
+  EXPECT_NE(r.out.find("check: 2 error(s), 0 warning(s)"), std::string::npos) << r.out;
 }
 
 // --json is read from the parsed command line: as the value of another option it does not
@@ -547,11 +552,11 @@ TEST(cli_contract, peak_memory_stays_far_below_the_model_size) {
   ASSERT_GT(std::filesystem::file_size(a), uint64_t{200} << 20);
   // And one row of 2^25 elements (q8_0, 34 MiB a side): decoded whole it would take 128 MiB a
   // side; the diff measures it in pieces.
-  const std::string la = dir.file("long-a.gguf"), lb = dir.file("long-b.gguf");
-  for (const auto& [path, seed] : {std::pair{la, 1u}, std::pair{lb, 2u}}) {
-    const int64_t ne0 = int64_t{1} << 25;
-    auto payload = std::make_shared<std::vector<uint8_t>>(
-        *gguf::row_bytes(gguf::GgmlType::Q8_0, static_cast<uint64_t>(ne0)));
+  const auto write_q8_0 = [](const std::string& path, const std::string& name,
+                             std::vector<int64_t> shape, uint32_t seed) {
+    uint64_t n = 1;
+    for (int64_t d : shape) n *= static_cast<uint64_t>(d);
+    auto payload = std::make_shared<std::vector<uint8_t>>(n / 32 * 34);
     uint32_t x = seed;
     for (size_t i = 0; i < payload->size(); i += 34) {
       (*payload)[i] = 0x00;  // f16 scale 1/16 (0x2c00)
@@ -562,14 +567,19 @@ TEST(cli_contract, peak_memory_stays_far_below_the_model_size) {
     gguf::Plan p;
     p.metadata.set("general.architecture", gguf::Value::string("llama"));
     p.metadata.set("general.quantization_version", gguf::Value::u32(2));
-    p.tensors.push_back({"blk.0.attn_q.weight",
-                         static_cast<uint32_t>(gguf::GgmlType::Q8_0),
-                         {ne0, 1},
-                         payload->size(),
-                         gguf::MemoryBytes{payload}});
+    p.tensors.push_back({name, static_cast<uint32_t>(gguf::GgmlType::Q8_0), std::move(shape),
+                         payload->size(), gguf::MemoryBytes{payload}});
     gguf::write_plan(p, path, {});
-  }
+  };
+  const std::string la = dir.file("long-a.gguf"), lb = dir.file("long-b.gguf");
+  write_q8_0(la, "blk.0.attn_q.weight", {int64_t{1} << 25, 1}, 1);
+  write_q8_0(lb, "blk.0.attn_q.weight", {int64_t{1} << 25, 1}, 2);
+  // And 110,000 one-row experts (28 M weights): re-encoded to iq2_xxs without an imatrix, each
+  // expert's column energy is computed, used and let go; all kept, they took 113 MB.
+  const std::string experts = dir.file("experts.gguf");
+  write_q8_0(experts, "blk.0.ffn_up_exps.weight", {256, 1, 110000}, 3);
   const std::vector<std::vector<std::string>> runs = {
+      {"gguf-requant", experts, "--type", "iq2_xxs", "-o", dir.file("e.gguf"), "-q"},
       {"gguf-diff", "--values", la, lb},
       {"gguf-requant", a, "--type", "q4_0", "-o", dir.file("r.gguf"), "-q"},
       {"gguf-diff", "--values", a, b},

@@ -1043,6 +1043,15 @@ TEST(diff, manifest_errors_name_the_problem) {
             "--hashes --json");
   EXPECT_EQ(error_of("{}"),
             "m.json: no \"tensors\" array; expected the output of gguf-inspect --hashes --json");
+  // A binary file is not JSON at its first byte, whatever brackets it holds further on (a
+  // GGUF's were counted as 33 levels of nesting).
+  const std::string brackets(40, '[');
+  EXPECT_EQ(error_of("GGUF\x03" + brackets),
+            "m.json: at byte 0: a GGUF file, not a manifest; expected the output of gguf-inspect "
+            "--hashes --json");
+  EXPECT_EQ(error_of(" \n\x01" + brackets),
+            "m.json: at byte 2: not a JSON document; expected the output of gguf-inspect "
+            "--hashes --json");
   // Deep nesting is refused before parsing (a million nested arrays in a shape, or a deep
   // value printed into a message, overflowed the stack), at the bracket one level too deep;
   // brackets inside strings do not count.

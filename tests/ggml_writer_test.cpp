@@ -122,6 +122,10 @@ std::vector<WrittenTensor> write_with_ggml(const std::string& path, Metadata& ex
   u32("general.alignment", 64);
   u32("general.quantization_version", 2);
   u32("llama.block_count", 1);
+  u32("llama.context_length", 64);
+  u32("llama.embedding_length", 64);
+  w.set_str(g, "tokenizer.ggml.model", "none");  // a model without a vocabulary
+  expected.set("tokenizer.ggml.model", Value::string("none"));
   w.set_u8(g, "t.u8", 200);
   expected.set("t.u8", Value::u8(200));
   w.set_i8(g, "t.i8", -100);

@@ -292,6 +292,16 @@ TEST(reader, rejects_row_not_multiple_of_block) {
                                      after_name(b.layout(), 0, "token_embd.weight") + 4 + 8));
 }
 
+// Each count fits int64 but their sum does not (only types of unknown size can, in a file of a
+// real size): refused at the tensor where it passes, so no summary wraps around.
+TEST(reader, rejects_element_total_overflow) {
+  const auto b = with({DefectKind::kElementTotalOverflow, 2});
+  EXPECT_EQ(error_of(b),
+            fmt::format("mem.gguf: tensor 'blk.0.attn_q.weight': at byte {}: the tensors up to "
+                        "this one hold more than 9223372036854775807 elements in total",
+                        after_name(b.layout(), 1, "blk.0.attn_q.weight")));
+}
+
 TEST(reader, accepts_unknown_type_id_but_cannot_size_it) {
   const auto b = with({DefectKind::kUnknownTypeId, 1});
   const auto f = parse(b);

@@ -110,6 +110,45 @@ TEST(requant, small_alignment_is_raised_to_32) {
   for (const TensorRef& t : out.tensors()) EXPECT_EQ(t.data_start() % 32, 0u) << t.name();
 }
 
+// ggml reads general.alignment as the first key that says so up to a NUL byte: an input whose
+// key is "general.alignment\0x" is laid out by it, and so must every output be (the writer
+// used to take the default 32 while the key, copied, said 64), shards included; and a small one
+// is raised on that key.
+TEST(requant, alignment_key_is_found_up_to_a_nul_as_ggml_finds_it) {
+  TempDir dir;
+  const std::string key("general.alignment\0x", 19);
+  for (const uint32_t a : {64u, 8u}) {
+    SCOPED_TRACE(a);
+    MoeSpec s;
+    s.n_layers = 2;
+    s.n_experts = 2;
+    s.vocab = 100;
+    Plan p = synth_moe_plan(uniform_types(s, GgmlType::F16));
+    p.metadata.erase("general.alignment");
+    p.metadata.set(key, Value::u32(a));
+    const Model in =
+        Model::open(write_plan(p, dir.file(fmt::format("in{}.gguf", a)), {}).paths.front());
+    ASSERT_EQ(in.first().alignment(), a);
+    for (const TensorRef& t : in.tensors()) EXPECT_EQ(t.data_start() % a, 0u) << t.name();
+    RequantOptions o;
+    o.type = GgmlType::Q8_0;
+    const auto r = requant(in, o);
+    EXPECT_EQ(r.plan.metadata.find("general.alignment"), nullptr);
+    WriteOptions wo;
+    wo.split_max_tensors = 5;
+    const auto written = write_plan(r.plan, dir.file(fmt::format("out{}.gguf", a)), wo);
+    ASSERT_GT(written.paths.size(), 1u);
+    const Model out = Model::open(written.paths.front());
+    for (const auto& shard : out.shards()) {
+      EXPECT_EQ(shard->alignment(), std::max(a, 32u)) << shard->path();
+      ASSERT_NE(shard->metadata().find(key), nullptr);
+      EXPECT_EQ(shard->metadata().find(key)->as_uint(), std::max(a, 32u));
+    }
+    for (const TensorRef& t : out.tensors())
+      EXPECT_EQ(t.data_start() % std::max(a, 32u), 0u) << t.name();
+  }
+}
+
 // Values an i-quant encoder cannot place (squares that overflow float) in one row of a big
 // tensor: the error names that row and its byte, not the block of rows a task held.
 TEST(requant, an_encoder_refusal_names_the_row_and_its_byte) {
@@ -726,6 +765,82 @@ TEST(requant, gguf_imatrix_divides_by_counts_and_unused_experts_weigh_one) {
               fmt::format("{}: tensor 'blk.0.ffn_up_exps.weight': at byte {}: importance entry "
                           "has 768 values; expected 512 (one per column)",
                           dir.file("im.gguf"), shape_at));
+  }
+}
+
+// A GGUF entry's shape says how it is cut; a cut made for another tensor is refused even when
+// its total fits, and a legacy file converted by llama-imatrix (one matrix of all the experts'
+// columns, one count) is taken.
+TEST(requant, gguf_imatrix_cut_for_another_tensor_is_refused) {
+  TempDir dir;
+  Plan p;
+  p.metadata.set("general.type", Value::string("imatrix"));
+  const auto floats = [](size_t n, float v) {
+    auto b = std::make_shared<std::vector<uint8_t>>(n * 4);
+    for (size_t i = 0; i < n; ++i) std::memcpy(b->data() + 4 * i, &v, 4);
+    return MemoryBytes{b};
+  };
+  p.tensors.push_back({"two.in_sum2", 0, {512, 2}, 4096, floats(1024, 2.0f)});
+  p.tensors.push_back({"two.counts", 0, {1, 2}, 8, floats(2, 1.0f)});
+  p.tensors.push_back({"four.in_sum2", 0, {256, 4}, 4096, floats(1024, 2.0f)});
+  p.tensors.push_back({"four.counts", 0, {1, 4}, 16, floats(4, 1.0f)});
+  p.tensors.push_back({"flat.in_sum2", 0, {1024, 1}, 4096, floats(1024, 2.0f)});
+  p.tensors.push_back({"flat.counts", 0, {1, 1}, 4, floats(1, 2.0f)});
+  write_plan(p, dir.file("im.gguf"), {});
+  const Imatrix im = Imatrix::load(dir.file("im.gguf"));
+  const auto shape_at = [&](const std::string& name) {
+    return GgufFile::open(dir.file("im.gguf"))->find_tensor(name)->dims_offset();
+  };
+  const auto error_of = [&](const std::string& name, int64_t n_per_row, int64_t n_mat) {
+    try {
+      im.weights(name, n_per_row, n_mat, 0);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  // 2 x 512 for 4 experts of 256 columns, and for a 2-D tensor of 512 x 2 as one of 1024.
+  EXPECT_EQ(error_of("two", 256, 4),
+            fmt::format("{}: tensor 'two': at byte {}: importance entry holds 2 matrices of 512 "
+                        "columns; expected 4 of 256 (one per expert), or 1 of 256 or 1024",
+                        dir.file("im.gguf"), shape_at("two.in_sum2")));
+  EXPECT_EQ(error_of("four", 1024, 1),
+            fmt::format("{}: tensor 'four': at byte {}: importance entry holds 4 matrices of 256 "
+                        "columns; expected 1 of 1024",
+                        dir.file("im.gguf"), shape_at("four.in_sum2")));
+  EXPECT_EQ(im.weights("four", 256, 4, 3).size(), 256u);
+  EXPECT_EQ(im.weights("flat", 256, 4, 3).size(), 256u);
+  EXPECT_EQ(im.weights("flat", 256, 4, 3)[0], 1.0f);  // 2 / its single count 2
+  EXPECT_EQ(im.weights("flat", 1024, 1, 0).size(), 1024u);
+}
+
+// llama.cpp's imatrix writes imatrix.chunk_count as u32, and the output records it as u32:
+// a larger count is refused at its value rather than cut to its low 32 bits.
+TEST(requant, gguf_imatrix_chunk_count_beyond_u32_is_refused) {
+  TempDir dir;
+  Plan p;
+  p.metadata.set("general.type", Value::string("imatrix"));
+  p.metadata.set("imatrix.chunk_count", Value::u64((uint64_t{1} << 32) + 7));
+  const auto zeros = [](size_t n) {
+    return MemoryBytes{std::make_shared<std::vector<uint8_t>>(n * 4, 0)};
+  };
+  p.tensors.push_back({"a.in_sum2", 0, {32, 1}, 128, zeros(32)});
+  p.tensors.push_back({"a.counts", 0, {1, 1}, 4, zeros(1)});
+  write_plan(p, dir.file("im.gguf"), {});
+  const auto f = GgufFile::open(dir.file("im.gguf"));
+  uint64_t at = 0;
+  for (const auto& kv : f->metadata().entries())
+    if (kv.key == "imatrix.chunk_count") at = kv.value_offset();
+  ASSERT_NE(at, 0u);
+  try {
+    Imatrix::load(dir.file("im.gguf"));
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()),
+              fmt::format("{}: key 'imatrix.chunk_count': at byte {}: imatrix.chunk_count is "
+                          "4294967303, more than the u32 llama.cpp's imatrix writes can hold "
+                          "(4294967295)",
+                          dir.file("im.gguf"), at));
   }
 }
 

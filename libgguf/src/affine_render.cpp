@@ -64,14 +64,17 @@ std::string render_import_json(const ImportResult& r, const WriteResult* written
   for (const auto& row : r.rows) {
     json j = {{"name", utf8_or_escaped(row.name)},
               {"source", utf8_or_escaped(row.source)},
-              {"type_before", row.type_before},
+              // A packed tensor had no ggml type: null (its bits and group say what it was).
+              {"type_before", row.packed ? json(nullptr) : json(row.type_before)},
               {"type_after", type_name(row.type_after)},
               {"shape", row.shape},
               {"bytes_before", row.bytes_before},
               {"bytes_after", row.bytes_after},
               {"action", row.action},
               {"lossy", false},
-              {"requantized", false}};
+              {"requantized", false},
+              {"importance", nullptr},  // as every gguf-requant report: an import weights nothing
+              {"rule", nullptr}};
     if (row.packed) {
       j["bits"] = row.bits;
       j["group"] = row.group;

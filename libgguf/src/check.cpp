@@ -297,6 +297,7 @@ class Checker {
     for (const auto& shard : model_.shards()) check_shard(*shard);
     check_architecture();
     check_key_types();
+    check_required_keys();
     check_quantization_version();
     check_expert_types();
     if (options_.scan_data) scan_data();
@@ -565,6 +566,45 @@ class Checker {
     }
   }
 
+  // Keys llama.cpp's loader cannot do without, for a language model: the three
+  // hyperparameters every architecture reads, and the vocabulary every model load reads (the
+  // messages in parentheses are libllama 3.21.1's). A language model is a model file with a
+  // vocabulary of its own, or one of an architecture we know (llama, deepseek2) with some of
+  // its hyperparameters; other GGUFs (an mmproj, say, or a bare container of tensors) have
+  // keys of their own, or none.
+  void check_required_keys() {
+    const GgufFile& f = model_.first();
+    if (const KeyValue* type = entry(f, "general.type");
+        type && !(type->value.as_string() && *type->value.as_string() == "model"))
+      return;
+    const KeyValue* arch_kv = entry(f, "general.architecture");
+    const std::string* arch = arch_kv ? arch_kv->value.as_string() : nullptr;
+    if (!arch || arch->empty()) return;
+    const KeyValue* tokenizer_kv = entry(f, "tokenizer.ggml.model");
+    const bool known = *arch == "llama" || *arch == "deepseek2";
+    const std::string prefix = *arch + ".";
+    const auto& es = f.metadata().entries();
+    const bool hyperparameters = std::any_of(
+        es.begin(), es.end(), [&](const KeyValue& kv) { return kv.key.starts_with(prefix); });
+    if (!tokenizer_kv && !entry(f, "tokenizer.ggml.tokens") && !(known && hyperparameters)) return;
+    const auto missing = [&](const std::string& key, std::string_view why) {
+      add(f, key_object(key), std::nullopt,
+          fmt::format("missing; llama.cpp's loader refuses the model without it ({})", why));
+    };
+    for (const char* k : {".context_length", ".embedding_length", ".block_count"}) {
+      const std::string key = *arch + k;
+      if (!entry(f, key)) missing(key, fmt::format("key not found in model: {}", key));
+    }
+    if (!tokenizer_kv) return missing("tokenizer.ggml.model", "it reads every model's vocabulary");
+    const std::string* tokenizer = tokenizer_kv->value.as_string();
+    if (!tokenizer || *tokenizer == "none" || *tokenizer == "no_vocab") return;
+    if (!entry(f, "tokenizer.ggml.tokens"))
+      missing("tokenizer.ggml.tokens", "cannot find tokenizer vocab in model file");
+    if (*tokenizer == "gpt2" && !entry(f, "tokenizer.ggml.merges"))
+      missing("tokenizer.ggml.merges",
+              "a gpt2 (BPE) vocabulary: cannot find tokenizer merges in model file");
+  }
+
   void check_quantization_version() {
     const TensorRef* quantized = nullptr;
     for (const TensorRef& t : model_.tensors()) {
@@ -576,19 +616,25 @@ class Checker {
     }
     const GgufFile& f = model_.first();
     const KeyValue* kv = entry(f, kQuantVersion);
+    // Warnings: writers of quantized files (llama-quantize, gguf-py) record it, as u32, but
+    // llama.cpp's loader reads it not at all (libllama 3.21.1 loads a file without it).
     if (!kv) {
       if (quantized)
         add(f, key_object(kQuantVersion), std::nullopt,
-            fmt::format("missing, but tensor '{}' is quantized ({}); llama.cpp expects "
-                        "general.quantization_version (u32, currently 2) then",
+            fmt::format("missing, but tensor '{}' is quantized ({}); quantized GGUFs record "
+                        "general.quantization_version (u32, currently 2), though llama.cpp's "
+                        "loader does not read it",
                         escape_for_terminal(quantized->name()),
-                        type_name(quantized->info->type_id)));
+                        type_name(quantized->info->type_id)),
+            "warning");
       return;
     }
     if (kv->value.type() != ValueType::kU32)
       return add(f, key_object(kQuantVersion), kv->type_offset(),
-                 fmt::format("general.quantization_version must be u32, found {}",
-                             value_type_name(kv->value.type())));
+                 fmt::format("general.quantization_version must be u32, found {} (llama.cpp's "
+                             "loader does not read it; other readers may refuse it)",
+                             value_type_name(kv->value.type())),
+                 "warning");
     if (const uint64_t v = *kv->value.as_uint(); v != 2)
       add(f, key_object(kQuantVersion), kv->value_offset(),
           fmt::format("general.quantization_version is {}; ggml's quantized formats are at "

@@ -241,6 +241,16 @@ void check_nesting(std::string_view text, const std::string& path) {
 }  // namespace
 
 Manifest parse_manifest(std::string_view json_text, const std::string& path) {
+  // What is plainly not JSON is said so at its first byte, before the nesting scan counts the
+  // brackets of a binary file (a GGUF given by mistake holds plenty).
+  if (json_text.starts_with("GGUF"))
+    throw Error(path, {}, 0,
+                "a GGUF file, not a manifest; expected the output of gguf-inspect --hashes --json");
+  const size_t first = json_text.find_first_not_of(" \t\n\r");
+  if (first != std::string_view::npos &&
+      std::string_view("{[\"-0123456789tfn").find(json_text[first]) == std::string_view::npos)
+    throw Error(path, {}, first,
+                "not a JSON document; expected the output of gguf-inspect --hashes --json");
   check_nesting(json_text, path);
   json doc;
   try {

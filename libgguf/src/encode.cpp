@@ -139,6 +139,8 @@ void encode_rows(const RowEncoder& e, uint64_t row_bytes, int64_t first, int64_t
                 row, float_with_bits(floats[i]), traits(e.type).name, float_with_bits(back[i])));
       }
     }
+    if (e.importance && e.importance_done)
+      e.importance_done(e.rows_per_matrix > 0 ? r / e.rows_per_matrix : 0, n);
   });
 }
 

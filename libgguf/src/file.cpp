@@ -78,9 +78,8 @@ void TensorInfo::require_ggml_name(const std::string& path) const {
 }
 
 const TensorInfo* GgufFile::find_tensor(std::string_view name) const {
-  for (const auto& t : tensors_)
-    if (t.name == name) return &t;
-  return nullptr;
+  const auto it = tensor_index_.find(std::string(name));
+  return it == tensor_index_.end() ? nullptr : &tensors_[it->second];
 }
 
 std::span<const uint8_t> GgufFile::tensor_data(const TensorInfo& t) const {
@@ -116,8 +115,8 @@ class Parser {
   uint64_t size_;
   uint64_t pos_ = 0;
   uint64_t n_tensors_ = 0, n_kv_ = 0;
+  uint64_t total_elements_ = 0;
   std::string object_;  // what is being read, for messages
-  std::unordered_map<std::string, uint64_t> tensor_names_;
 
   [[noreturn]] void fail(uint64_t at, std::string msg) const {
     throw Error(src_.name(), object_, at, std::move(msg));
@@ -280,6 +279,13 @@ class Parser {
       t.shape.push_back(ne);
     }
     t.n_elements = n;
+    // Each count fits int64, and so must their sum: summaries (gguf-inspect's parameters, a
+    // diff's element totals) add them up. Only tensors of types without a known size (none
+    // of whose bytes are read) can get there in a file of a real size.
+    if (n > static_cast<uint64_t>(INT64_MAX) - total_elements_)
+      fail(dims_at, fmt::format("the tensors up to this one hold more than {} elements in total",
+                                INT64_MAX));
+    total_elements_ += n;
     const uint64_t type_at = pos_;
     t.type_id = read<uint32_t>("tensor type");
     t.offset = read<uint64_t>("tensor data offset");
@@ -296,10 +302,10 @@ class Parser {
              fmt::format("size in bytes overflows uint64 ({} elements of {})", n, tr->name));
       t.bytes = blocks * tr->type_size;
     }
-    const auto [prev, fresh] = tensor_names_.emplace(t.name, t.info_offset);
+    const auto [prev, fresh] = f_.tensor_index_.emplace(t.name, f_.tensors_.size());
     if (!fresh)
-      fail(t.info_offset,
-           fmt::format("duplicate tensor name (first defined at byte {})", prev->second));
+      fail(t.info_offset, fmt::format("duplicate tensor name (first defined at byte {})",
+                                      f_.tensors_[prev->second].info_offset));
     f_.tensors_.push_back(std::move(t));
   }
 

@@ -3,7 +3,9 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 
 #include "gguf/error.h"
@@ -23,6 +25,19 @@ std::span<const float> Imatrix::weights(const std::string& tensor, int64_t n_per
   const ImatrixEntry* e = find(tensor);
   if (!e) return {};
   const auto total = static_cast<int64_t>(e->values.size());
+  // A GGUF entry says how its values are cut ([ne0, n_mat]; a legacy entry does not, ne0 0):
+  // as many matrices as the tensor has experts, of its columns, or one matrix of them all (as
+  // llama-imatrix converts a legacy file: a single count). Any other cut is a matrix made for
+  // another tensor, though its total may fit (2 x 512 values for 4 experts x 256 columns).
+  const bool cut_fits = e->ne0 == 0 || e->n_mat == 1 || (e->ne0 == n_per_row && e->n_mat == n_mat);
+  if (!cut_fits && (total == n_per_row || (n_mat > 0 && total == n_mat * n_per_row)))
+    throw Error(
+        path_, tensor_object(tensor), e->at,
+        fmt::format("importance entry holds {} matrices of {} columns; expected {}", e->n_mat,
+                    e->ne0,
+                    n_mat <= 1 ? fmt::format("1 of {}", n_per_row)
+                               : fmt::format("{} of {} (one per expert), or 1 of {} or {}", n_mat,
+                                             n_per_row, n_per_row, n_mat * n_per_row)));
   if (total == n_per_row) return e->values;  // one vector shared by all experts
   if (n_mat > 0 && total == n_mat * n_per_row)
     return std::span<const float>(e->values).subspan(static_cast<size_t>(mat * n_per_row),
@@ -159,8 +174,20 @@ Imatrix Imatrix::parse_gguf(std::shared_ptr<const ByteSource> src) {
         fmt::format("general.type is '{}', expected 'imatrix'", escape_for_terminal(*type)));
   if (const Value* d = f->metadata().find("imatrix.datasets"); d && d->is_array())
     m.datasets_ = d->strings();
-  if (const auto c = f->metadata().get_uint("imatrix.chunk_count"))
+  if (const auto c = f->metadata().get_uint("imatrix.chunk_count")) {
+    // llama.cpp's imatrix writes it as u32, and gguf-requant records it as u32 in its output
+    // (quantize.imatrix.chunks_count): a larger count would be cut to its low 32 bits.
+    if (*c > UINT32_MAX) {
+      const auto& es = f->metadata().entries();
+      const auto kv = std::find_if(
+          es.begin(), es.end(), [](const KeyValue& e) { return e.key == "imatrix.chunk_count"; });
+      throw Error(path, key_object("imatrix.chunk_count"), kv->value_offset(),
+                  fmt::format("imatrix.chunk_count is {}, more than the u32 llama.cpp's imatrix "
+                              "writes can hold ({})",
+                              *c, UINT32_MAX));
+    }
     m.chunk_count_ = static_cast<int64_t>(*c);
+  }
   const auto floats = [&](const TensorInfo& t) {
     if (t.type_id != static_cast<uint32_t>(GgmlType::F32))
       throw Error(path, tensor_object(t.name), t.type_offset(),

@@ -24,7 +24,7 @@ void add(std::vector<InspectGroup>& groups, std::map<std::string, size_t>& index
 
 void summarise(InspectReport& r) {
   std::map<std::string, size_t> ti, ri, li;
-  std::vector<std::pair<uint32_t, std::string>> type_order;
+  std::map<std::string, uint32_t> type_ids;  // a type's name -> its id, for the order below
   for (const auto& t : r.tensors) {
     r.params += t.n_elements;
     r.tensor_bytes += t.bytes.value_or(0);
@@ -32,18 +32,15 @@ void summarise(InspectReport& r) {
       r.sized_params += t.n_elements;
     else
       ++r.unsized;
-    add(r.by_type, ti, type_name(t.type_id), t);
+    const std::string type = type_name(t.type_id);
+    type_ids.emplace(type, t.type_id);
+    add(r.by_type, ti, type, t);
     add(r.by_role, ri, std::string(role_name(t.role)), t);
     add(r.by_layer, li, t.layer ? std::to_string(*t.layer) : "-", t);
   }
   // Types by id, roles by enum order, layers numerically (non-layer tensors last).
-  const auto type_id_of = [&](const std::string& name) -> uint32_t {
-    for (const auto& t : r.tensors)
-      if (type_name(t.type_id) == name) return t.type_id;
-    return 0;
-  };
   std::sort(r.by_type.begin(), r.by_type.end(),
-            [&](const auto& a, const auto& b) { return type_id_of(a.key) < type_id_of(b.key); });
+            [&](const auto& a, const auto& b) { return type_ids.at(a.key) < type_ids.at(b.key); });
   std::sort(r.by_role.begin(), r.by_role.end(), [](const auto& a, const auto& b) {
     return parse_roles(a.key).front() < parse_roles(b.key).front();
   });

@@ -147,9 +147,15 @@ Model Model::from_files(std::vector<std::shared_ptr<const GgufFile>> shards) {
     throw Error(m.path(), key_object("split.tensors.count"), declared_total->at,
                 fmt::format("split.tensors.count is {}, but the shards hold {} tensors",
                             declared_total->value, total));
+  uint64_t total_elements = 0;  // each shard's sum fits int64 (the reader); so must the set's
   for (size_t s = 0; s < n; ++s) {
     const GgufFile& f = *m.shards_[s];
     for (const auto& t : f.tensors()) {
+      if (t.n_elements > static_cast<uint64_t>(INT64_MAX) - total_elements)
+        throw Error(f.path(), tensor_object(t.name), t.dims_offset(),
+                    fmt::format("the shards up to this tensor hold more than {} elements in total",
+                                INT64_MAX));
+      total_elements += t.n_elements;
       const auto [it, fresh] = m.index_.emplace(t.name, m.tensors_.size());
       if (!fresh) {
         const TensorRef& prev = m.tensors_[it->second];

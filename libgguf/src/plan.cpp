@@ -13,11 +13,12 @@
 namespace gguf {
 
 std::optional<std::string> raise_small_alignment(Metadata& metadata) {
-  const Value* v = metadata.find("general.alignment");
-  if (!v || v->type() != ValueType::kU32) return std::nullopt;
-  const uint64_t a = *v->as_uint();
+  const KeyValue* kv = find_key_as_ggml(metadata, "general.alignment");
+  if (!kv || kv->value.type() != ValueType::kU32) return std::nullopt;
+  const uint64_t a = *kv->value.as_uint();
   if (a == 0 || !std::has_single_bit(a) || a >= kGgmlTensorAlignment) return std::nullopt;
-  metadata.set("general.alignment", Value::u32(kGgmlTensorAlignment));
+  const std::string key = kv->key;  // the key ggml reads, which may go on past a NUL byte
+  metadata.set(key, Value::u32(kGgmlTensorAlignment));
   return fmt::format(
       "general.alignment {} raised to 32 in the output: with less, tensor data may start off a "
       "32-byte boundary, and llama.cpp aborts on that when it memory-maps the file",

@@ -38,11 +38,21 @@ void decode_rows(const TensorRef& t, int64_t n_per_row, int64_t first, int64_t c
                            static_cast<uint64_t>(count) * rb);
 }
 
-// Column energy of each matrix of a tensor, computed once per matrix on first use.
+// Column energy of each matrix of a tensor, computed once per matrix on first use and let go
+// once all its rows are encoded, so memory stays bounded by the matrices being encoded (a
+// tensor of 400,000 one-row experts would otherwise keep 4 bytes per weight until the end).
 class EnergyCache {
  public:
   EnergyCache(TensorRef t, int64_t n_per_row, int64_t rows_per_matrix)
       : t_(t), n_per_row_(n_per_row), rows_per_matrix_(rows_per_matrix) {}
+  void done(int64_t mat, int64_t rows) {
+    std::lock_guard lock(mu_);
+    const auto it = cache_.find(mat);
+    if (it == cache_.end()) return;
+    Entry& e = it->second;
+    e.rows_done += rows;
+    if (--e.users == 0 && e.rows_done >= rows_per_matrix_) cache_.erase(it);
+  }
   std::span<const float> get(int64_t mat) {
     std::lock_guard lock(mu_);
     auto it = cache_.find(mat);
@@ -58,16 +68,22 @@ class EnergyCache {
         // per-piece sums would round differently on matrices of more than 256 rows).
         add_column_energy(buf, n, n_per_row_, w);
       }
-      it = cache_.emplace(mat, std::move(w)).first;
+      it = cache_.emplace(mat, Entry{std::move(w), 0, 0}).first;
     }
-    return it->second;
+    ++it->second.users;  // one get per task of rows, and one done when they are encoded
+    return it->second.energy;
   }
 
  private:
+  struct Entry {
+    std::vector<float> energy;
+    int64_t rows_done = 0;
+    int64_t users = 0;  // tasks holding the span
+  };
   TensorRef t_;
   int64_t n_per_row_, rows_per_matrix_;
   std::mutex mu_;
-  std::map<int64_t, std::vector<float>> cache_;
+  std::map<int64_t, Entry> cache_;  // node-based: a returned span stays valid while others come
 };
 
 }  // namespace
@@ -447,6 +463,7 @@ RequantResult requant(const Model& model, const RequantOptions& o) {
         } else if (requires_importance(to_type)) {
           auto cache = std::make_shared<EnergyCache>(t, n_per_row, info.shape[1]);
           e.importance = [cache](int64_t mat) { return cache->get(mat); };
+          e.importance_done = [cache](int64_t mat, int64_t rows) { cache->done(mat, rows); };
           row.importance = ImportanceSource::kColumnEnergy;
           add_type(energy_types, to_type);
         }

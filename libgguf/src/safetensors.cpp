@@ -258,6 +258,18 @@ SafetensorsFile SafetensorsFile::parse(std::shared_ptr<const ByteSource> source)
     if (overflow || __builtin_mul_overflow(count, esize, &nbytes))
       throw Error(path, obj, at(),
                   fmt::format("shape {} holds more bytes than 2^64", shape->dump()));
+    // As GGUF (and ggml) will read it, the last dimension first: a zero there does not keep
+    // the product of the others, before it, from passing int64 ([0, 2^62, 2^62]).
+    uint64_t gguf_count = 1;
+    for (auto d = t.shape.rbegin(); d != t.shape.rend(); ++d) {
+      const auto dim = static_cast<uint64_t>(*d);
+      if (dim != 0 && gguf_count > static_cast<uint64_t>(INT64_MAX) / dim)
+        throw Error(path, obj, at(),
+                    fmt::format("shape {}: in GGUF's order (the last dimension first) the "
+                                "element count passes 2^63 - 1 before the zero dimension",
+                                shape->dump()));
+      gguf_count *= dim;
+    }
     t.n_elements = count;
     const auto offs = v.find("data_offsets");
     if (offs == v.end() || !offs->is_array() || offs->size() != 2 ||

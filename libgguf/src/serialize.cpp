@@ -26,9 +26,12 @@ std::string errno_text(int err) {
 }
 
 uint64_t plan_alignment(const Metadata& metadata) {
-  const Value* v = metadata.find("general.alignment");
-  if (!v) return kDefaultAlignment;
-  const std::string object = key_object("general.alignment");
+  // The key ggml's reader takes: "general.alignment\0x" counts, so the layout written is the
+  // one the output declares.
+  const KeyValue* kv = find_key_as_ggml(metadata, "general.alignment");
+  if (!kv) return kDefaultAlignment;
+  const Value* v = &kv->value;
+  const std::string object = key_object(kv->key);
   if (v->type() != ValueType::kU32)
     throw Error({}, object, std::nullopt,
                 fmt::format("general.alignment must be u32, found {}", value_type_name(v->type())));

@@ -131,6 +131,7 @@ Plan synth_moe_plan(const MoeSpec& s) {
   m.set(arch + ".rope.freq_base", Value::f32(10000.0f));
   m.set(arch + ".attention.layer_norm_rms_epsilon", Value::f32(1e-6f));
   m.set("tokenizer.ggml.model", Value::string("gpt2"));
+  m.set("tokenizer.ggml.pre", Value::string("deepseek-v3"));
   std::vector<std::string> tokens;
   std::vector<float> scores;
   std::vector<int32_t> types;
@@ -142,6 +143,11 @@ Plan synth_moe_plan(const MoeSpec& s) {
   m.set("tokenizer.ggml.tokens", Value::string_array(std::move(tokens)));
   m.set("tokenizer.ggml.scores", Value::array_of<float>(ValueType::kF32, scores));
   m.set("tokenizer.ggml.token_type", Value::array_of<int32_t>(ValueType::kI32, types));
+  // A BPE vocabulary has merges (llama.cpp refuses a gpt2 one without): "tok" + "1" and the like.
+  std::vector<std::string> merges;
+  for (int i = 256; i < std::min(s.vocab, 266); ++i)
+    merges.push_back(fmt::format("tok {}", i - 256));
+  m.set("tokenizer.ggml.merges", Value::string_array(std::move(merges)));
   m.set("tokenizer.ggml.bos_token_id", Value::u32(0));
   m.set("tokenizer.ggml.eos_token_id", Value::u32(1));
 

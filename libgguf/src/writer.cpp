@@ -82,7 +82,8 @@ std::vector<std::vector<size_t>> group_tensors(const Plan& plan, const Metadata&
   const uint64_t a = detail::plan_alignment(base);
   const uint64_t keys = detail::metadata_bytes(split_keys(0, 1, 0));
   Metadata align_only;
-  if (const Value* v = base.find("general.alignment")) align_only.set("general.alignment", *v);
+  if (const KeyValue* kv = find_key_as_ggml(base, "general.alignment"))
+    align_only.set(kv->key, kv->value);
   const uint64_t first_fixed = 24 + detail::metadata_bytes(base) + keys;
   const uint64_t other_fixed = 24 + keys + detail::metadata_bytes(align_only);
   std::vector<std::vector<size_t>> groups(1);
@@ -155,8 +156,8 @@ std::vector<Shard> assign_shards(const Plan& plan, const Metadata& base, const s
         append_all(sh.metadata, split_keys(s, n, plan.tensors.size()));
       } else {
         sh.metadata = split_keys(s, n, plan.tensors.size());
-        if (const Value* v = base.find("general.alignment"))
-          sh.metadata.set("general.alignment", *v);
+        if (const KeyValue* kv = find_key_as_ggml(base, "general.alignment"))
+          sh.metadata.set(kv->key, kv->value);
       }
       sh.plan_index = groups[s];
       shards.push_back(std::move(sh));
@@ -635,6 +636,24 @@ WriteResult write_plan(const Plan& plan, const std::string& path, const WriteOpt
     throw Error(path, {}, std::nullopt, fmt::format("writing failed: {}", e.what()));
   } catch (const std::exception& e) {
     throw Error(path, {}, std::nullopt, fmt::format("writing failed: {}", e.what()));
+  }
+}
+
+void check_output(const std::string& path, const WriteOptions& options) {
+  check_output_path(path, input_identities(Plan{}, options), options.force);
+}
+
+void write_file(const std::string& path, std::span<const uint8_t> bytes,
+                const WriteOptions& options) {
+  try {
+    check_output(path, options);
+    OutputFile out(path);
+    out.write(bytes);
+    out.finish();
+    out.commit(options.force);
+  } catch (const Error& e) {
+    if (e.path().empty()) throw e.with_context(path);
+    throw;
   }
 }
 

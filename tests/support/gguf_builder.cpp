@@ -219,6 +219,12 @@ GgufBuilder::Image GgufBuilder::image() const {
     case K::kUnknownTypeId:
       tensor().type = 99;
       break;
+    case K::kElementTotalOverflow:
+      for (uint64_t i = 0; i <= d.arg && i < ts.size(); ++i) {
+        ts[i].type = 99;
+        ts[i].shape = {int64_t{3} << 61};
+      }
+      break;
     case K::kRemovedTypeId:
       tensor().type = 4;
       break;

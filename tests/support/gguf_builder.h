@@ -55,6 +55,7 @@ enum class DefectKind {
   kByteSizeOverflow,      // tensor #arg: f32 [2^31, 2^31] (2^62 elements, 2^64 bytes)
   kRowNotBlockMultiple,   // tensor #arg: q4_0 with ne0 = 33
   kUnknownTypeId,         // tensor #arg: type id 99
+  kElementTotalOverflow,  // tensors #0..#arg: type id 99, [3 x 2^61] each (int64 passed at #1)
   kRemovedTypeId,         // tensor #arg: type id 4 (q4_2)
   kDuplicateTensorName,   // tensor #arg repeats the name of tensor #0 (arg >= 1)
   kEmptyTensorName,       // tensor #arg has an empty name

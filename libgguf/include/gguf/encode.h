@@ -24,6 +24,9 @@ struct RowEncoder {
   int64_t rows_per_matrix = 0;
   // Importance weights (n_per_row) of a matrix, or empty for none; may be empty function.
   std::function<std::span<const float>(int64_t matrix)> importance;
+  // Told, once the rows have been encoded, that `rows` rows of `matrix` are done with the
+  // span importance(matrix) returned (so a cache can let it go); may be an empty function.
+  std::function<void(int64_t matrix, int64_t rows)> importance_done;
   unsigned threads = 1;
   std::string tensor_name;  // for error messages
   // Where the rows come from, so that an error caused by the values (a NaN where a codec

@@ -13,6 +13,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "gguf/error.h"
@@ -98,6 +99,7 @@ class GgufFile {
   uint64_t alignment_ = kDefaultAlignment;
   Metadata metadata_;
   std::vector<TensorInfo> tensors_;
+  std::unordered_map<std::string, size_t> tensor_index_;  // name -> position in tensors_
   uint64_t header_end_ = 0, data_offset_ = 0;
 };
 

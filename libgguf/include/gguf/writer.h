@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -66,5 +67,15 @@ PlannedWrite check_plan(const Plan& plan, const std::string& path, const WriteOp
 // Writes plan to path. Layout is canonical: each tensor's offset is the running sum of the
 // previous payload sizes padded to the alignment, in plan order.
 WriteResult write_plan(const Plan& plan, const std::string& path, const WriteOptions& options);
+
+// Writes bytes that are not a GGUF (a safetensors file, say) to path with write_plan's
+// guarantees: refused, before anything is written, when path is one of options.inputs or exists
+// without options.force (or is a directory, device or FIFO); written to a file beside it,
+// synced, and renamed into place, so it appears complete or not at all. Only force and inputs
+// of options apply.
+void write_file(const std::string& path, std::span<const uint8_t> bytes,
+                const WriteOptions& options);
+// write_file's checks of path alone, to refuse before the work that makes the bytes.
+void check_output(const std::string& path, const WriteOptions& options);
 
 }  // namespace gguf
