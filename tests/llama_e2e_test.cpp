@@ -18,6 +18,7 @@
 #include "gguf/fp16.h"
 #include "gguf/model.h"
 #include "gguf/plan.h"
+#include "gguf/requant.h"
 #include "gguf/safetensors.h"
 #include "gguf/synth.h"
 #include "gguf/types.h"
@@ -603,6 +604,60 @@ TEST(LlamaE2E, CheckFlagsExactlyTheKeyTypesLlamaCppRefuses) {
   write_plan(p, path, replace);
   run_model(path);
   EXPECT_EQ(check_model(Model::open(path)).size(), 0u);
+}
+
+// The keys --check says a language model cannot do without: each removed, llama.cpp refuses
+// the model, and --check reports that key as an error. general.quantization_version removed
+// from a quantized model: llama.cpp loads it, and --check gives only a warning.
+TEST(LlamaE2E, CheckFlagsExactlyTheRequiredKeysLlamaCppRefuses) {
+  GGUF_REQUIRE_LLAMA();
+  TempDir dir;
+  LlamaMoeSpec spec;
+  spec.n_layers = 2;
+  const Plan plan = synth_llama_moe_plan(spec);
+  const std::string path = dir.file("without.gguf");
+  WriteOptions replace;
+  replace.force = true;
+  for (const char* key : {"llama.context_length", "llama.embedding_length", "llama.block_count",
+                          "tokenizer.ggml.model", "tokenizer.ggml.tokens"}) {
+    SCOPED_TRACE(key);
+    Plan p = plan;
+    ASSERT_TRUE(p.metadata.erase(key));
+    write_plan(p, path, replace);
+    const auto r = LlamaRef::get().run(path, kPrompt);
+    EXPECT_FALSE(r.loaded) << "llama.cpp loaded it";
+    const std::string why =
+        std::string_view(key) == "tokenizer.ggml.tokens" ? "cannot find tokenizer vocab" : key;
+    EXPECT_NE(r.log.find(why), std::string::npos) << "llama.cpp refused it for another reason:\n"
+                                                  << r.log;
+    const auto problems = check_model(Model::open(path));
+    ASSERT_EQ(problems.size(), 1u);
+    EXPECT_EQ(problems[0].object, "key '" + std::string(key) + "'");
+    EXPECT_EQ(problems[0].severity, std::string("error"));
+  }
+  // A gpt2 vocabulary without merges.
+  Plan p = plan;
+  p.metadata.set("tokenizer.ggml.model", Value::string("gpt2"));
+  write_plan(p, path, replace);
+  auto r = LlamaRef::get().run(path, kPrompt);
+  EXPECT_FALSE(r.loaded) << "llama.cpp loaded it";
+  EXPECT_NE(r.log.find("merges"), std::string::npos) << r.log;
+  auto problems = check_model(Model::open(path));
+  ASSERT_EQ(problems.size(), 1u);
+  EXPECT_EQ(problems[0].object, "key 'tokenizer.ggml.merges'");
+  // A quantized model without general.quantization_version loads.
+  RequantOptions o;
+  o.type = GgmlType::Q8_0;
+  write_plan(plan, dir.file("f32.gguf"), {});
+  const Model f32 = Model::open(dir.file("f32.gguf"));
+  Plan q = requant(f32, o).plan;
+  ASSERT_TRUE(q.metadata.erase("general.quantization_version"));
+  write_plan(q, path, replace);
+  run_model(path);
+  problems = check_model(Model::open(path));
+  ASSERT_EQ(problems.size(), 1u);
+  EXPECT_EQ(problems[0].object, "key 'general.quantization_version'");
+  EXPECT_EQ(problems[0].severity, std::string("warning"));
 }
 
 // A damaged output would be refused by llama.cpp; this checks the harness itself can fail.
