@@ -302,6 +302,22 @@ TEST(reader, rejects_element_total_overflow) {
                         after_name(b.layout(), 1, "blk.0.attn_q.weight")));
 }
 
+// Tensors may share data, but not so many that the file's data is read over and over: sizes
+// adding up to more than twice the data section are refused at the tensor that passes it.
+TEST(reader, rejects_data_named_many_times_over) {
+  // An explicit empty payload lays a tensor out at the running offset without data: "b" and
+  // "c" both name the 256 bytes "a" brings.
+  GgufBuilder b;
+  b.tensor("b", 0, {64}, {}).tensor("c", 0, {64}, {}).tensor("a", 0, {64});
+  EXPECT_EQ(error_of(b), fmt::format("mem.gguf: tensor 'a': at byte {}: the tensors up to this "
+                                     "one hold 768 bytes of data, more than twice the 256 bytes "
+                                     "of the data section: their data overlap many times over",
+                                     b.layout().tensor_type_offsets[2] + 4));
+  GgufBuilder twice;
+  twice.tensor("b", 0, {64}, {}).tensor("a", 0, {64});
+  EXPECT_EQ(parse(twice)->tensors().size(), 2u);
+}
+
 TEST(reader, accepts_unknown_type_id_but_cannot_size_it) {
   const auto b = with({DefectKind::kUnknownTypeId, 1});
   const auto f = parse(b);

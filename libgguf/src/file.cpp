@@ -107,6 +107,21 @@ class Parser {
                              f_.data_offset_, a, size_));
     }
     for (auto& t : f_.tensors_) tensor_data(t);
+    // Tensors may share or overlap data (--check reports it; ggml refuses it), but not so much
+    // that their sizes add up to more than twice the data section: 100,000 tensors naming the
+    // same megabytes would make every tool read them 100,000 times (a 15 MB file, 800 GiB).
+    const uint64_t data_bytes = size_ - std::min(size_, f_.data_offset_);
+    uint64_t sum = 0;
+    for (const auto& t : f_.tensors_) {
+      sum += t.bytes.value_or(0);  // each is at most data_bytes, so this cannot wrap
+      if (sum > 2 * data_bytes) {
+        object_ = tensor_object(t.name);
+        fail(t.data_offset_field(),
+             fmt::format("the tensors up to this one hold {} bytes of data, more than twice the "
+                         "{} bytes of the data section: their data overlap many times over",
+                         sum, data_bytes));
+      }
+    }
   }
 
  private:
