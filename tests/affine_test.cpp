@@ -207,6 +207,11 @@ TEST(safetensors_malformed, shape_overflows) {
             "m.safetensors: tensor 'w': at byte 9: shape "
             "[0,4611686018427387904,4611686018427387904]: in GGUF's order (the last dimension "
             "first) the element count passes 2^63 - 1 before the zero dimension");
+  // Without a zero: 2^63 one-byte elements fit in 2^64 bytes, but not in a GGUF tensor.
+  EXPECT_EQ(parse_error(raw_file(R"({"w": {"dtype": "U8", "shape": [4611686018427387904, 2],)"
+                                 R"( "data_offsets": [0, 0]}})")),
+            "m.safetensors: tensor 'w': at byte 9: shape [4611686018427387904,2] holds "
+            "9223372036854775808 elements; a GGUF tensor holds at most 2^63 - 1");
 }
 
 TEST(safetensors_malformed, bad_data_offsets) {

@@ -389,6 +389,7 @@ TEST(check, required_keys) {
       if (k != without) b.u32(k, 8);
     if (without != "tokenizer.ggml.model") b.string("tokenizer.ggml.model", std::string(tokenizer));
     if (without != "tokenizer.ggml.tokens") b.string_array("tokenizer.ggml.tokens", {"a", "b"});
+    b.tensor("token_embd.weight", 0, {4});
     return b;
   };
   const auto missing = [](std::string_view key, std::string_view why) {
@@ -412,6 +413,15 @@ TEST(check, required_keys) {
   EXPECT_EQ(problems(merges), Strings{});
   // A model without a vocabulary needs no tokens.
   EXPECT_EQ(problems(model("tokenizer.ggml.tokens", "none")), Strings{});
+  // A vocabulary without tensors (llama-tokenize loads one with vocab_only, reading no
+  // hyperparameter) needs only its vocabulary.
+  GgufBuilder vocab;
+  vocab.string("general.architecture", "llama")
+      .string("tokenizer.ggml.model", "llama")
+      .string_array("tokenizer.ggml.tokens", {"a", "b"});
+  EXPECT_EQ(problems(vocab), Strings{});
+  vocab.tensor("token_embd.weight", 0, {4});
+  EXPECT_EQ(problems(vocab).size(), 3u);
   // Not language models: another architecture without a vocabulary (an mmproj's "clip"), a
   // llama-named container without hyperparameters or vocabulary, an imatrix.
   GgufBuilder clip;
@@ -432,7 +442,8 @@ TEST(check, required_keys) {
       .string_array("tokenizer.ggml.tokens", {"a"})
       .string_array("tokenizer.ggml.merges", {"a b"})
       .u32("qwen2.context_length", 8)
-      .u32("qwen2.embedding_length", 8);
+      .u32("qwen2.embedding_length", 8)
+      .tensor("token_embd.weight", 0, {4});
   EXPECT_EQ(problems(qwen),
             missing("qwen2.block_count", "key not found in model: qwen2.block_count"));
 }

@@ -1049,6 +1049,9 @@ TEST(diff, manifest_errors_name_the_problem) {
   EXPECT_EQ(error_of("GGUF\x03" + brackets),
             "m.json: at byte 0: a GGUF file, not a manifest; expected the output of gguf-inspect "
             "--hashes --json");
+  // A UTF-8 byte-order mark is skipped, as the JSON parser skips it.
+  EXPECT_EQ(error_of("\xEF\xBB\xBF {}"),
+            "m.json: no \"tensors\" array; expected the output of gguf-inspect --hashes --json");
   EXPECT_EQ(error_of(" \n\x01" + brackets),
             "m.json: at byte 2: not a JSON document; expected the output of gguf-inspect "
             "--hashes --json");

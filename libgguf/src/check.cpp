@@ -591,9 +591,13 @@ class Checker {
       add(f, key_object(key), std::nullopt,
           fmt::format("missing; llama.cpp's loader refuses the model without it ({})", why));
     };
-    for (const char* k : {".context_length", ".embedding_length", ".block_count"}) {
-      const std::string key = *arch + k;
-      if (!entry(f, key)) missing(key, fmt::format("key not found in model: {}", key));
+    // A vocabulary-only file (no tensors: llama-tokenize loads one with vocab_only, which
+    // reads no hyperparameter) needs only the vocabulary.
+    if (!model_.tensors().empty()) {
+      for (const char* k : {".context_length", ".embedding_length", ".block_count"}) {
+        const std::string key = *arch + k;
+        if (!entry(f, key)) missing(key, fmt::format("key not found in model: {}", key));
+      }
     }
     if (!tokenizer_kv) return missing("tokenizer.ggml.model", "it reads every model's vocabulary");
     const std::string* tokenizer = tokenizer_kv->value.as_string();

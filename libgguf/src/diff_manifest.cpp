@@ -246,7 +246,9 @@ Manifest parse_manifest(std::string_view json_text, const std::string& path) {
   if (json_text.starts_with("GGUF"))
     throw Error(path, {}, 0,
                 "a GGUF file, not a manifest; expected the output of gguf-inspect --hashes --json");
-  const size_t first = json_text.find_first_not_of(" \t\n\r");
+  // nlohmann skips a UTF-8 byte-order mark (an editor's "UTF-8" may write one), so may we.
+  const size_t bom = json_text.starts_with("\xEF\xBB\xBF") ? 3 : 0;
+  const size_t first = json_text.find_first_not_of(" \t\n\r", bom);
   if (first != std::string_view::npos &&
       std::string_view("{[\"-0123456789tfn").find(json_text[first]) == std::string_view::npos)
     throw Error(path, {}, first,

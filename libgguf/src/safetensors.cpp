@@ -265,9 +265,13 @@ SafetensorsFile SafetensorsFile::parse(std::shared_ptr<const ByteSource> source)
       const auto dim = static_cast<uint64_t>(*d);
       if (dim != 0 && gguf_count > static_cast<uint64_t>(INT64_MAX) / dim)
         throw Error(path, obj, at(),
-                    fmt::format("shape {}: in GGUF's order (the last dimension first) the "
-                                "element count passes 2^63 - 1 before the zero dimension",
-                                shape->dump()));
+                    count == 0 ? fmt::format("shape {}: in GGUF's order (the last dimension "
+                                             "first) the element count passes 2^63 - 1 before "
+                                             "the zero dimension",
+                                             shape->dump())
+                               : fmt::format("shape {} holds {} elements; a GGUF tensor holds at "
+                                             "most 2^63 - 1",
+                                             shape->dump(), count));
       gguf_count *= dim;
     }
     t.n_elements = count;

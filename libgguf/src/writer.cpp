@@ -651,6 +651,7 @@ void write_file(const std::string& path, std::span<const uint8_t> bytes,
     out.write(bytes);
     out.finish();
     out.commit(options.force);
+    detail::sync_parent_directory(path);  // the rename too survives a crash
   } catch (const Error& e) {
     if (e.path().empty()) throw e.with_context(path);
     throw;
