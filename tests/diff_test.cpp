@@ -921,6 +921,30 @@ TEST(diff, selectors_restrict_the_tensors) {
   EXPECT_THROW(diff(a, b, o), Error);
 }
 
+// Roles count dimensions as ggml does: [8, 1] is a vector like [8], so a 1-D tensor of a
+// matrix kind is "other" whichever way a writer stored it, and which side is A does not change
+// what --role selects (found by the logic audit: attn_sinks [4, 1] was "attn").
+TEST(diff, roles_do_not_count_trailing_ones) {
+  Fixture a, b;
+  a.tensors.push_back({"blk.0.attn_sinks.weight", kF32, {8}, f32_bytes(eighths(8, 5))});
+  b.tensors.push_back({"blk.0.attn_sinks.weight", kF32, {8, 1}, f32_bytes(eighths(8, 5))});
+  DiffOptions o;
+  o.selector = parse_selector({}, {"other"}, {});
+  for (const bool swapped : {false, true}) {
+    SCOPED_TRACE(swapped);
+    const DiffReport r = swapped ? diff(b, a, o) : diff(a, b, o);
+    EXPECT_TRUE(r.identical);
+    ASSERT_EQ(r.tensors.size(), 1u);
+    EXPECT_EQ(r.tensors[0].name, "blk.0.attn_sinks.weight");
+    EXPECT_EQ(r.tensors[0].role, Role::kOther);
+  }
+  EXPECT_EQ(classify_tensor("blk.0.attn_sinks.weight", "deepseek2", ggml_dims({8, 1})).role,
+            Role::kOther);
+  EXPECT_EQ(ggml_dims({}), 1);
+  EXPECT_EQ(ggml_dims({8, 1, 1}), 1);
+  EXPECT_EQ(ggml_dims({8, 1, 3}), 3);
+}
+
 // The selection is made on the tensors of both sides; a layer with no matching tensor (layer
 // 0 here, like DeepSeek's dense first layers) is passed over, and messages name both files.
 TEST(diff, selection_errors_name_both_files) {

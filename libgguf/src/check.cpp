@@ -653,7 +653,7 @@ class Checker {
     const std::string arch = model_.architecture();
     std::map<int, const TensorRef*> first;
     for (const TensorRef& t : model_.tensors()) {
-      const TensorName tn = classify_tensor(t.name(), arch, static_cast<int>(t.info->shape.size()));
+      const TensorName tn = classify_tensor(t.name(), arch, ggml_dims(t.info->shape));
       if (!tn.layer || !tn.is_gate_or_up_weight()) continue;
       const auto [it, fresh] = first.emplace(*tn.layer, &t);
       if (fresh || it->second->info->type_id == t.info->type_id) continue;

@@ -430,8 +430,7 @@ DiffReport diff_sides(const Side& a, const Side& b, bool json_forms, const DiffO
   const std::string arch = a.arch.empty() ? b.arch : a.arch;
   const auto recorded = [&](const SideTensor& t) {
     return !covered || covered->empty() ||
-           covered->matches(*t.name,
-                            classify_tensor(*t.name, arch, static_cast<int>(t.shape->size())));
+           covered->matches(*t.name, classify_tensor(*t.name, arch, ggml_dims(*t.shape)));
   };
   for (const SideTensor& t : b.tensors)
     if (!a.index.contains(t.key) && recorded(t)) rows.emplace_back(nullptr, &t);
@@ -440,7 +439,7 @@ DiffReport diff_sides(const Side& a, const Side& b, bool json_forms, const DiffO
   for (const auto& [ta, tb] : rows) {
     const SideTensor& t = ta ? *ta : *tb;
     names.push_back(tb && tb->ref ? *tb->name : *t.name);
-    dims.push_back(static_cast<int>(t.shape->size()));
+    dims.push_back(ggml_dims(*t.shape));
   }
   std::vector<size_t> chosen;
   if (o.selector.empty()) {

@@ -51,6 +51,12 @@ std::string shape_text(const std::vector<int64_t>& shape) {
   return fmt::format("[{}]", fmt::join(shape, ", "));
 }
 
+int ggml_dims(const std::vector<int64_t>& shape) {
+  size_t n = shape.size();
+  while (n > 1 && shape[n - 1] == 1) --n;
+  return static_cast<int>(std::max<size_t>(n, 1));
+}
+
 bool same_shape(const std::vector<int64_t>& a, const std::vector<int64_t>& b) {
   const size_t n = std::max(a.size(), b.size());
   for (size_t d = 0; d < n; ++d)

@@ -61,7 +61,7 @@ InspectTensor row(const GgufFile& f, size_t file_index, const TensorInfo& t,
   out.offset = f.data_start(t);
   out.bytes = t.bytes;
   out.n_elements = t.n_elements;
-  const TensorName tn = classify_tensor(t.name, arch, static_cast<int>(t.shape.size()));
+  const TensorName tn = classify_tensor(t.name, arch, ggml_dims(t.shape));
   out.role = tn.role;
   out.layer = tn.layer;
   return out;

@@ -198,7 +198,7 @@ std::vector<size_t> select_in(const Model& model, const Selector& selector) {
   std::vector<int> dims;
   for (const auto& t : model.tensors()) {
     names.push_back(t.name());
-    dims.push_back(static_cast<int>(t.info->shape.size()));
+    dims.push_back(ggml_dims(t.info->shape));
   }
   return select_tensors(selector, names, dims, model.architecture(), model.path());
 }

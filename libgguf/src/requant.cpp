@@ -92,9 +92,7 @@ bool is_quantizable(const TensorInfo& t, std::string_view arch) {
   // As llama.cpp's quantizer (llama-quant.cpp): ggml's dimension count, which ignores trailing
   // 1s ([4096, 1] is a vector, as gguf-py may write it), and only tensors named "*weight"
   // (biases, 2-D ones too such as gpt-oss's ffn_*_exps.bias, stay as they are).
-  int n_dims = static_cast<int>(t.shape.size());
-  while (n_dims > 1 && t.shape[n_dims - 1] == 1) --n_dims;
-  if (n_dims < 2) return false;
+  if (ggml_dims(t.shape) < 2) return false;
   if (!t.name.ends_with("weight")) return false;
   // Small or special 2-D weights llama.cpp never quantizes (Mamba and LFM2 convolutions,
   // RWKV mixers, T5 relative-position biases, Gemma 3n's altup/laurel/per-layer projection,
@@ -134,7 +132,7 @@ bool is_quantizable(const TensorInfo& t, std::string_view arch) {
     default:
       break;
   }
-  const TensorName tn = classify_tensor(t.name, arch, static_cast<int>(t.shape.size()));
+  const TensorName tn = classify_tensor(t.name, arch, ggml_dims(t.shape));
   return tn.role != Role::kNorm && tn.role != Role::kRouter;
 }
 
@@ -349,7 +347,7 @@ RequantResult requant(const Model& model, const RequantOptions& o) {
     const TypeRule* decided_by = nullptr;
     // (require_ggml_name above bounds the name a regex runs on to 63 bytes.)
     if (selected[i] && !o.rules.empty()) {
-      const TensorName tn = classify_tensor(info.name, arch, static_cast<int>(info.shape.size()));
+      const TensorName tn = classify_tensor(info.name, arch, ggml_dims(info.shape));
       bool pattern_matched = false;
       if (any_pattern && info.name == "per_layer_token_embd.weight")
         for (const TypeRule& rule : o.rules)

@@ -61,14 +61,15 @@ bool ftype_has_main_type(uint64_t ftype, uint32_t main) {
   return has(kFtypes) || has(kAlsoMain);
 }
 
-// The type id holding the most elements among tensors of two or more dimensions (all tensors
-// when there are none); ties go to the lower type id.
+// The type id holding the most elements among tensors of two or more dimensions as ggml counts
+// them ([4096, 1] is a vector), or among all tensors when there are none; ties go to the lower
+// type id.
 std::optional<uint32_t> dominant_type(const std::vector<PlanTensor>& tensors) {
   const bool any_matrix = std::any_of(tensors.begin(), tensors.end(),
-                                      [](const auto& t) { return t.shape.size() >= 2; });
+                                      [](const auto& t) { return ggml_dims(t.shape) >= 2; });
   std::map<uint32_t, uint64_t> elements;
   for (const auto& t : tensors) {
-    if (any_matrix && t.shape.size() < 2) continue;
+    if (any_matrix && ggml_dims(t.shape) < 2) continue;
     uint64_t n = 1;
     for (int64_t d : t.shape) n *= static_cast<uint64_t>(d);
     elements[t.type_id] += n;
@@ -122,7 +123,7 @@ std::vector<std::optional<Claim>> resolve_claims(const Model& base, std::span<co
   std::vector<int> n_dims;
   for (const auto& t : base.tensors()) {
     names.push_back(t.name());
-    n_dims.push_back(static_cast<int>(t.info->shape.size()));
+    n_dims.push_back(ggml_dims(t.info->shape));
   }
   std::vector<std::optional<Claim>> claims(names.size());
   for (size_t d = 0; d < donors.size(); ++d) {
@@ -176,7 +177,7 @@ void check_gate_up(const SpliceResult& r, const std::string& arch, const SpliceO
   std::map<int, LayerTypes> layers;
   for (size_t i = 0; i < r.plan.tensors.size(); ++i) {
     const PlanTensor& t = r.plan.tensors[i];
-    const TensorName tn = classify_tensor(t.name, arch, static_cast<int>(t.shape.size()));
+    const TensorName tn = classify_tensor(t.name, arch, ggml_dims(t.shape));
     if (!tn.layer) continue;
     auto& l = layers[*tn.layer];
     l.spliced |= r.rows[i].action == SpliceAction::kSplice;

@@ -61,6 +61,9 @@ std::string shape_text(const std::vector<int64_t>& shape);
 // Equal as ggml sees shapes: padded with 1s to four dimensions, so [256, 1] is [256]. Writers
 // differ here (gguf-py keeps trailing 1s, ggml's own writer drops them).
 bool same_shape(const std::vector<int64_t>& a, const std::vector<int64_t>& b);
+// The dimension count as ggml sees it (ggml_n_dims): trailing 1s do not count, and at least 1;
+// [4096, 1] is a vector. Roles (classify_tensor) are given this count.
+int ggml_dims(const std::vector<int64_t>& shape);
 
 // The entry ggml's gguf_find_key finds: the first whose key reads `key` up to a NUL byte.
 const KeyValue* find_key_as_ggml(const Metadata& m, std::string_view key);
