@@ -478,13 +478,22 @@ class Checker {
 
   // Keys of kKeyRules in another type than llama.cpp reads them with; only in a model (an
   // imatrix, an adapter or another kind of GGUF is read by other code).
+  // A model file: general.type absent or "model" (an imatrix, an adapter or another kind of
+  // GGUF is read by other code).
+  static bool is_model_file(const GgufFile& f) {
+    const KeyValue* type = entry(f, "general.type");
+    return !type || (type->value.as_string() && *type->value.as_string() == "model");
+  }
+  // general.architecture when it is a string, else null.
+  static const std::string* architecture_of(const GgufFile& f) {
+    const KeyValue* arch_kv = entry(f, "general.architecture");
+    return arch_kv ? arch_kv->value.as_string() : nullptr;
+  }
+
   void check_key_types() {
     const GgufFile& f = model_.first();
-    if (const KeyValue* type = entry(f, "general.type");
-        type && !(type->value.as_string() && *type->value.as_string() == "model"))
-      return;
-    const KeyValue* arch_kv = entry(f, "general.architecture");
-    const std::string* arch = arch_kv ? arch_kv->value.as_string() : nullptr;
+    if (!is_model_file(f)) return;
+    const std::string* arch = architecture_of(f);
     const uint8_t arch_bit = !arch                  ? 0
                              : *arch == "llama"     ? kLlama
                              : *arch == "deepseek2" ? kDeepseek2
@@ -574,11 +583,8 @@ class Checker {
   // keys of their own, or none.
   void check_required_keys() {
     const GgufFile& f = model_.first();
-    if (const KeyValue* type = entry(f, "general.type");
-        type && !(type->value.as_string() && *type->value.as_string() == "model"))
-      return;
-    const KeyValue* arch_kv = entry(f, "general.architecture");
-    const std::string* arch = arch_kv ? arch_kv->value.as_string() : nullptr;
+    if (!is_model_file(f)) return;
+    const std::string* arch = architecture_of(f);
     if (!arch || arch->empty()) return;
     const KeyValue* tokenizer_kv = entry(f, "tokenizer.ggml.model");
     const bool known = *arch == "llama" || *arch == "deepseek2";
