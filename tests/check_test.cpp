@@ -387,6 +387,8 @@ TEST(check, required_keys) {
     b.string("general.architecture", "llama");
     for (const char* k : {"llama.context_length", "llama.embedding_length", "llama.block_count"})
       if (k != without) b.u32(k, 8);
+    if (without != "llama.attention.layer_norm_rms_epsilon")
+      b.f32("llama.attention.layer_norm_rms_epsilon", 1e-5f);
     if (without != "tokenizer.ggml.model") b.string("tokenizer.ggml.model", std::string(tokenizer));
     if (without != "tokenizer.ggml.tokens") b.string_array("tokenizer.ggml.tokens", {"a", "b"});
     b.tensor("token_embd.weight", 0, {4});
@@ -399,7 +401,8 @@ TEST(check, required_keys) {
                     key, why)};
   };
   EXPECT_EQ(problems(model("")), Strings{});
-  for (const char* k : {"llama.context_length", "llama.embedding_length", "llama.block_count"})
+  for (const char* k : {"llama.context_length", "llama.embedding_length", "llama.block_count",
+                        "llama.attention.layer_norm_rms_epsilon"})
     EXPECT_EQ(problems(model(k)), missing(k, fmt::format("key not found in model: {}", k)));
   EXPECT_EQ(problems(model("tokenizer.ggml.model")),
             missing("tokenizer.ggml.model", "it reads every model's vocabulary"));
@@ -421,7 +424,7 @@ TEST(check, required_keys) {
       .string_array("tokenizer.ggml.tokens", {"a", "b"});
   EXPECT_EQ(problems(vocab), Strings{});
   vocab.tensor("token_embd.weight", 0, {4});
-  EXPECT_EQ(problems(vocab).size(), 3u);
+  EXPECT_EQ(problems(vocab).size(), 4u);
   // Not language models: another architecture without a vocabulary (an mmproj's "clip"), a
   // llama-named container without hyperparameters or vocabulary, an imatrix.
   GgufBuilder clip;

@@ -1073,6 +1073,10 @@ TEST(diff, manifest_errors_name_the_problem) {
   EXPECT_EQ(error_of("GGUF\x03" + brackets),
             "m.json: at byte 0: a GGUF file, not a manifest; expected the output of gguf-inspect "
             "--hashes --json");
+  // A NUL byte ends nothing: what follows it is not taken as past the end of the document.
+  EXPECT_EQ(error_of(std::string("{\"tensors\": []}\0garbage{", 24)),
+            "m.json: at byte 15: not a JSON document (a NUL byte); expected the output of "
+            "gguf-inspect --hashes --json");
   // A UTF-8 byte-order mark is skipped, as the JSON parser skips it.
   EXPECT_EQ(error_of("\xEF\xBB\xBF {}"),
             "m.json: no \"tensors\" array; expected the output of gguf-inspect --hashes --json");

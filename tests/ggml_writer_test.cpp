@@ -124,6 +124,8 @@ std::vector<WrittenTensor> write_with_ggml(const std::string& path, Metadata& ex
   u32("llama.block_count", 1);
   u32("llama.context_length", 64);
   u32("llama.embedding_length", 64);
+  w.set_f32(g, "llama.attention.layer_norm_rms_epsilon", 1e-5f);
+  expected.set("llama.attention.layer_norm_rms_epsilon", Value::f32(1e-5f));
   w.set_str(g, "tokenizer.ggml.model", "none");  // a model without a vocabulary
   expected.set("tokenizer.ggml.model", Value::string("none"));
   w.set_u8(g, "t.u8", 200);

@@ -619,7 +619,8 @@ TEST(LlamaE2E, CheckFlagsExactlyTheRequiredKeysLlamaCppRefuses) {
   WriteOptions replace;
   replace.force = true;
   for (const char* key : {"llama.context_length", "llama.embedding_length", "llama.block_count",
-                          "tokenizer.ggml.model", "tokenizer.ggml.tokens"}) {
+                          "llama.attention.layer_norm_rms_epsilon", "tokenizer.ggml.model",
+                          "tokenizer.ggml.tokens"}) {
     SCOPED_TRACE(key);
     Plan p = plan;
     ASSERT_TRUE(p.metadata.erase(key));

@@ -604,6 +604,10 @@ class Checker {
         const std::string key = *arch + k;
         if (!entry(f, key)) missing(key, fmt::format("key not found in model: {}", key));
       }
+      // And llama's own: its norms' epsilon.
+      if (const std::string key = "llama.attention.layer_norm_rms_epsilon";
+          *arch == "llama" && !entry(f, key))
+        missing(key, fmt::format("key not found in model: {}", key));
     }
     if (!tokenizer_kv) return missing("tokenizer.ggml.model", "it reads every model's vocabulary");
     const std::string* tokenizer = tokenizer_kv->value.as_string();

@@ -253,6 +253,11 @@ Manifest parse_manifest(std::string_view json_text, const std::string& path) {
       std::string_view("{[\"-0123456789tfn").find(json_text[first]) == std::string_view::npos)
     throw Error(path, {}, first,
                 "not a JSON document; expected the output of gguf-inspect --hashes --json");
+  // JSON text holds no NUL byte (the parser would stop there and take what came before).
+  if (const size_t nul = json_text.find('\0'); nul != std::string_view::npos)
+    throw Error(path, {}, nul,
+                "not a JSON document (a NUL byte); expected the output of gguf-inspect --hashes "
+                "--json");
   check_nesting(json_text, path);
   json doc;
   try {
