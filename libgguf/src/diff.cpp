@@ -19,6 +19,7 @@
 #include "gguf/escape.h"
 #include "gguf/hash.h"
 #include "gguf/json.h"
+#include "gguf/source.h"
 
 namespace gguf {
 
@@ -217,11 +218,12 @@ void hash_pairs(const std::vector<HashPair>& pairs, DiffReport& report, const Di
     constexpr size_t kChunk = size_t{16} << 20;
     XXH3_state_t* state = XXH3_createState();
     XXH3_64bits_reset(state);
+    SequentialRelease read;  // memory bounded by chunks
     for (size_t off = 0; off < data.size(); off += kChunk) {
       if (cancel.load(std::memory_order_relaxed)) break;
       const size_t n = std::min(kChunk, data.size() - off);
       XXH3_64bits_update(state, data.data() + off, n);
-      u.t->file->source().release(u.t->data_start() + off, n);  // memory bounded by chunks
+      read.done(u.t->file->source(), u.t->data_start() + off, n);
       const uint64_t d = done.fetch_add(n) + n;
       if (o.progress) o.progress(d, total);
     }
@@ -246,9 +248,10 @@ void hash_pairs(const std::vector<HashPair>& pairs, DiffReport& report, const Di
 
 // Bytes [off, off + n) of two tensors' payloads were read: their pages leave this process's
 // memory (they stay in the page cache), so a diff of 400 GB files stays at a few chunks.
-void release_both(const TensorRef& a, const TensorRef& b, uint64_t off, uint64_t n) {
-  a.file->source().release(a.data_start() + off, n);
-  b.file->source().release(b.data_start() + off, n);
+void release_both(SequentialRelease& read, const TensorRef& a, const TensorRef& b, uint64_t off,
+                  uint64_t n) {
+  read.done(a.file->source(), a.data_start() + off, n);
+  read.done(b.file->source(), b.data_start() + off, n);
 }
 
 // --paranoid: equal hashes are confirmed byte by byte (a manifest side has no bytes).
@@ -258,10 +261,11 @@ void compare_bytes(const std::vector<HashPair>& pairs, DiffReport& report) {
     if (t.change != TensorChange::kSame || !pairs[p].a->ref) return;
     const auto x = pairs[p].a->ref->data(), y = pairs[p].b->ref->data();
     constexpr size_t kChunk = size_t{16} << 20;
+    SequentialRelease read;
     for (size_t off = 0; off < x.size(); off += kChunk) {
       const size_t n = std::min(kChunk, x.size() - off);
       const bool differ = std::memcmp(x.data() + off, y.data() + off, n) != 0;
-      release_both(*pairs[p].a->ref, *pairs[p].b->ref, off, n);
+      release_both(read, *pairs[p].a->ref, *pairs[p].b->ref, off, n);
       if (differ) {
         t.change = TensorChange::kBytes;
         t.note = "bytes differ although the xxh3 hashes agree";
@@ -284,10 +288,11 @@ void classify_by_bytes(const std::vector<HashPair>& pairs, DiffReport& report) {
     const HashPair& p = pairs[order[k]];
     const auto x = p.a->ref->data(), y = p.b->ref->data();
     constexpr size_t kChunk = size_t{1} << 20;
+    SequentialRelease read;
     for (size_t off = 0; off < x.size(); off += kChunk) {
       const size_t n = std::min(kChunk, x.size() - off);
       const bool differ = std::memcmp(x.data() + off, y.data() + off, n) != 0;
-      release_both(*p.a->ref, *p.b->ref, off, n);
+      release_both(read, *p.a->ref, *p.b->ref, off, n);
       if (differ) {
         report.tensors[p.diff].change = TensorChange::kBytes;
         return;

@@ -22,6 +22,7 @@
 #include "gguf/codecs.h"
 #include "gguf/error.h"
 #include "gguf/file.h"
+#include "gguf/source.h"
 
 namespace gguf {
 
@@ -560,6 +561,7 @@ using Floats = std::vector<float, boost::alignment::aligned_allocator<float, 64>
 struct Buffers {
   Floats a, b, ref;
   std::vector<double> wide_a, wide_b, wide_ref;  // the double path (see wide_values)
+  SequentialRelease read;                        // pages decoded (memory bounded by chunks)
 };
 
 // The decoder of a tensor and its row size, found once per tensor; decode_rows then calls the
@@ -799,7 +801,7 @@ std::vector<ValueResult> measure_values(const std::vector<ValueJob>& jobs, unsig
           const uint64_t from = x.offset(it.row0, it.col0);
           const uint64_t n = x.offset(it.row0, it.col0 + it.cols) - from;
           bytes += n;
-          x.t->file->source().release(x.t->data_start() + from, n);
+          buf.read.done(x.t->file->source(), x.t->data_start() + from, n);
         }
         const uint64_t d = done.fetch_add(bytes) + bytes;
         if (progress) progress(d, total);
@@ -838,12 +840,13 @@ std::vector<ValueResult> measure_values(const std::vector<ValueJob>& jobs, unsig
         if (!x.t) continue;
         bytes += x.t->data().size() * it.rows / g.nrows;
         // Decoded: the pages leave this process's memory (memory bounded by chunks).
-        x.t->file->source().release(x.t->data_start() + it.row0 * x.row_bytes,
-                                    it.rows * x.row_bytes);
+        buf.read.done(x.t->file->source(), x.t->data_start() + it.row0 * x.row_bytes,
+                      it.rows * x.row_bytes);
       }
       const uint64_t d = done.fetch_add(bytes) + bytes;
       if (progress) progress(d, total);
     });
+    for (Buffers& b : buffers) b.read.flush();
     for (size_t k = w0; k < w1; ++k) {
       ValueResult& r = out[items[k].job];
       if (r.ab) r.ab->merge(partial[k - w0][0]);

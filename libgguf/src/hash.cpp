@@ -9,6 +9,7 @@
 #include <atomic>
 #include <thread>
 
+#include "gguf/source.h"
 #include "writer_internal.h"
 
 namespace gguf {
@@ -41,10 +42,11 @@ std::vector<uint64_t> hash_tensors(const Model& model, const std::vector<size_t>
     constexpr size_t kChunk = size_t{16} << 20;
     XXH3_state_t* state = XXH3_createState();
     XXH3_64bits_reset(state);
+    SequentialRelease read;
     for (size_t off = 0; off < data.size(); off += kChunk) {
       const size_t n = std::min(kChunk, data.size() - off);
       XXH3_64bits_update(state, data.data() + off, n);
-      t.file->source().release(t.data_start() + off, n);
+      read.done(t.file->source(), t.data_start() + off, n);
       const uint64_t d = done.fetch_add(n) + n;
       if (progress) progress(d, total);
     }
