@@ -1,14 +1,14 @@
 // SequentialRelease: which page ranges a reader streaming through a mapping gives back, and
 // when. A recording source stands in for the mapping (release() of a real file source is
 // advice to the kernel and cannot be observed from here).
+#include "gguf/source.h"
+
 #include <gtest/gtest.h>
 
 #include <cstdint>
 #include <string>
 #include <utility>
 #include <vector>
-
-#include "gguf/source.h"
 
 namespace gguf {
 namespace {
