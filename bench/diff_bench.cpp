@@ -83,11 +83,31 @@ Inputs g;
 // With stream, the pages read leave the process afterwards, as in any reader whose memory is
 // bounded by chunks (gguf-diff's): each run faults them in again and pays for their release.
 // Without, they stay mapped from the previous run: no fault at all, the whole input resident.
-uint64_t plain_xxh3(const gguf::Model& m, bool stream = false) {
+// How a plain loop gets the payload bytes: from the mapping, left resident (a bounded tool
+// cannot do that with a 100 GB model); from the mapping, releasing each tensor's pages after
+// it (how the tools streamed until session 19); or through ByteSource::stream() (pread into
+// a buffer), as the tools read now.
+enum class Read { kResident, kMapped, kStream };
+
+uint64_t plain_xxh3(const gguf::Model& m, Read how = Read::kResident) {
   uint64_t acc = 0;
+  std::vector<uint8_t> buf;
   for (const auto& t : m.tensors()) {
-    acc ^= XXH3_64bits(t.data().data(), t.data().size());
-    if (stream) t.file->source().release(t.data_start(), t.data().size());
+    if (how != Read::kStream) {
+      acc ^= XXH3_64bits(t.data().data(), t.data().size());
+      if (how == Read::kMapped) t.file->source().release(t.data_start(), t.data().size());
+      continue;
+    }
+    XXH3_state_t* state = XXH3_createState();
+    XXH3_64bits_reset(state);
+    constexpr uint64_t kPiece = uint64_t{1} << 20;
+    for (uint64_t off = 0; off < t.data().size(); off += kPiece) {
+      const auto piece = t.file->source().stream(t.data_start() + off,
+                                                 std::min(kPiece, t.data().size() - off), buf);
+      XXH3_64bits_update(state, piece.data(), piece.size());
+    }
+    acc ^= XXH3_64bits_digest(state);
+    XXH3_freeState(state);
   }
   return acc;
 }
@@ -96,20 +116,32 @@ using Floats = std::vector<float, boost::alignment::aligned_allocator<float, 64>
 
 // Plain single-threaded dequantize of the tensors the values diff decodes, in slices of 32K
 // elements of whole rows into a cache-line aligned buffer (its best case: the output stays
-// in L2, and no vector store straddles two cache lines).
-void plain_decode(const std::vector<const gguf::TensorRef*>& ts, Floats& buf, bool stream = false) {
+// in L2, and no vector store straddles two cache lines). Read::kStream reads 1M elements' bytes
+// at a time, as the values diff does.
+void plain_decode(const std::vector<const gguf::TensorRef*>& ts, Floats& buf,
+                  Read how = Read::kResident) {
+  std::vector<uint8_t> raw;
   for (const auto* t : ts) {
     const auto type = static_cast<gguf::GgmlType>(t->info->type_id);
     const uint64_t ne0 = static_cast<uint64_t>(t->info->shape[0]);
     const uint64_t rows = t->info->n_elements / ne0, rb = *gguf::row_bytes(type, ne0);
     const uint64_t per = std::max<uint64_t>(1, (uint64_t{1} << 15) / ne0);
-    for (uint64_t r = 0; r < rows; r += per) {
-      const uint64_t n = std::min(per, rows - r);
-      buf.resize(n * ne0);
-      gguf::dequantize(type, t->data().subspan(r * rb, n * rb), buf);
-      benchmark::DoNotOptimize(buf.data());
+    const uint64_t per_read = how == Read::kStream
+                                  ? std::max<uint64_t>(per, (uint64_t{1} << 20) / ne0 / per * per)
+                                  : rows;
+    for (uint64_t r0 = 0; r0 < rows; r0 += per_read) {
+      const uint64_t m = std::min(per_read, rows - r0);
+      const auto bytes = how == Read::kStream
+                             ? t->file->source().stream(t->data_start() + r0 * rb, m * rb, raw)
+                             : t->data().subspan(r0 * rb, m * rb);
+      for (uint64_t r = 0; r < m; r += per) {
+        const uint64_t n = std::min(per, m - r);
+        buf.resize(n * ne0);
+        gguf::dequantize(type, bytes.subspan(r * rb, n * rb), buf);
+        benchmark::DoNotOptimize(buf.data());
+      }
     }
-    if (stream) t->file->source().release(t->data_start(), t->data().size());
+    if (how == Read::kMapped) t->file->source().release(t->data_start(), t->data().size());
   }
 }
 
@@ -131,8 +163,15 @@ void register_benchmarks() {
   // Both files, as the diff reads them (two files' pages to fault in, not one file's twice).
   benchmark::RegisterBenchmark("diff/xxh3_streaming_1core", [](benchmark::State& state) {
     for (auto _ : state) {
-      benchmark::DoNotOptimize(plain_xxh3(*g.a, true));
-      benchmark::DoNotOptimize(plain_xxh3(*g.b, true));
+      benchmark::DoNotOptimize(plain_xxh3(*g.a, Read::kStream));
+      benchmark::DoNotOptimize(plain_xxh3(*g.b, Read::kStream));
+    }
+    state.SetBytesProcessed(state.iterations() * 2 * static_cast<int64_t>(g.identity_bytes));
+  })->UseRealTime();
+  benchmark::RegisterBenchmark("diff/xxh3_mapped_1core", [](benchmark::State& state) {
+    for (auto _ : state) {
+      benchmark::DoNotOptimize(plain_xxh3(*g.a, Read::kMapped));
+      benchmark::DoNotOptimize(plain_xxh3(*g.b, Read::kMapped));
     }
     state.SetBytesProcessed(state.iterations() * 2 * static_cast<int64_t>(g.identity_bytes));
   })->UseRealTime();
@@ -164,11 +203,30 @@ void register_benchmarks() {
     }
     state.SetItemsProcessed(state.iterations() * static_cast<int64_t>(g.values_elements));
   })->UseRealTime();
-  benchmark::RegisterBenchmark("diff/dequantize_streaming_1core", [](benchmark::State& state) {
+  for (const Read how : {Read::kStream, Read::kMapped})
+    benchmark::RegisterBenchmark(
+        how == Read::kStream ? "diff/dequantize_streaming_1core" : "diff/dequantize_mapped_1core",
+        [how](benchmark::State& state) {
+          Floats buf;
+          for (auto _ : state) {
+            plain_decode(g.decode_c, buf, how);
+            plain_decode(g.decode_d, buf, how);
+          }
+          state.SetItemsProcessed(state.iterations() * static_cast<int64_t>(g.values_elements));
+        })
+        ->UseRealTime();
+  // The same on two threads, one file each: what the machine's memory system, its read path
+  // path and the other processes leave to two decoding threads (the values diff's ceiling on
+  // two threads, as xxh3_plain_2t_a_and_b is the identity diff's).
+  benchmark::RegisterBenchmark("diff/dequantize_streaming_2t", [](benchmark::State& state) {
     Floats buf;
     for (auto _ : state) {
-      plain_decode(g.decode_c, buf, true);
-      plain_decode(g.decode_d, buf, true);
+      std::thread t([] {
+        Floats other;
+        plain_decode(g.decode_d, other, Read::kStream);
+      });
+      plain_decode(g.decode_c, buf, Read::kStream);
+      t.join();
     }
     state.SetItemsProcessed(state.iterations() * static_cast<int64_t>(g.values_elements));
   })->UseRealTime();
@@ -192,8 +250,8 @@ void register_benchmarks() {
             for (int order = 0; order < 2; ++order) {
               if (order == static_cast<int>(ratios.size() % 2)) {
                 const auto t0 = Clock::now();
-                plain_decode(g.decode_c, buf, true);  // streaming, as the values diff
-                plain_decode(g.decode_d, buf, true);
+                plain_decode(g.decode_c, buf, Read::kStream);  // as the values diff reads
+                plain_decode(g.decode_d, buf, Read::kStream);
                 plain = secs(t0);
               } else {
                 gguf::DiffOptions o;
@@ -245,6 +303,10 @@ void print_table(const gguf::bench::BestReporter& r) {
   fmt::print("{:<28} {:>10} {:>14} {:>16}\n", "diff/xxh3_streaming_1core",
              stream ? fmt::format("{:.2f}", *stream) : "-",
              stream ? fmt::format("{:.2f}", *stream) : "-", gguf::bench::ratio_text(stream, plain));
+  const auto mapped = rate("diff/xxh3_mapped_1core", 2 * id_bytes);
+  fmt::print("{:<28} {:>10} {:>14} {:>16}\n", "diff/xxh3_mapped_1core",
+             mapped ? fmt::format("{:.2f}", *mapped) : "-",
+             mapped ? fmt::format("{:.2f}", *mapped) : "-", gguf::bench::ratio_text(mapped, plain));
   const auto plain2 = rate("diff/xxh3_plain_2t_a_and_b", 2 * id_bytes);
   fmt::print(
       "{:<28} {:>10} {:>14} {:>16}\n", "diff/xxh3_plain_2t_a_and_b",
@@ -272,13 +334,29 @@ void print_table(const gguf::bench::BestReporter& r) {
              dec_stream ? fmt::format("{:.1f}", *dec_stream) : "-",
              dec_stream ? fmt::format("{:.1f}", *dec_stream) : "-",
              gguf::bench::ratio_text(dec_stream, dec));
+  const auto dec_mapped = rate("diff/dequantize_mapped_1core", melem);
+  fmt::print("{:<28} {:>10} {:>14} {:>16}\n", "diff/dequantize_mapped_1core",
+             dec_mapped ? fmt::format("{:.1f}", *dec_mapped) : "-",
+             dec_mapped ? fmt::format("{:.1f}", *dec_mapped) : "-",
+             gguf::bench::ratio_text(dec_mapped, dec));
+  const auto dec_stream2 = rate("diff/dequantize_streaming_2t", melem);
+  fmt::print("{:<28} {:>10} {:>14} {:>16}\n", "diff/dequantize_streaming_2t",
+             dec_stream2 ? fmt::format("{:.1f}", *dec_stream2) : "-",
+             dec_stream2 ? fmt::format("{:.1f}", *dec_stream2 / 2) : "-",
+             gguf::bench::ratio_text(
+                 dec_stream2 ? std::optional<double>(*dec_stream2 / 2) : std::nullopt, dec));
   for (unsigned t : {1u, 2u}) {
     const std::string name = fmt::format("diff/values_{}t", t);
     const auto v = rate(name, melem);
     const auto per = v ? std::optional<double>(*v / t) : std::nullopt;
-    fmt::print("{:<28} {:>10} {:>14} {:>16}   {} of streaming deq\n", name,
+    fmt::print("{:<28} {:>10} {:>14} {:>16}   {} of streaming deq{}\n", name,
                v ? fmt::format("{:.1f}", *v) : "-", per ? fmt::format("{:.1f}", *per) : "-",
-               gguf::bench::ratio_text(per, dec), gguf::bench::ratio_text(per, dec_stream));
+               gguf::bench::ratio_text(per, dec), gguf::bench::ratio_text(per, dec_stream),
+               t == 2 ? fmt::format(", {} of it on 2 threads",
+                                    gguf::bench::ratio_text(
+                                        v, dec_stream2 ? std::optional<double>(*dec_stream2)
+                                                       : std::nullopt))
+                      : "");
   }
   for (const bool weighted : {false, true}) {
     auto r = weighted ? g.paired_weighted : g.paired_ratios;

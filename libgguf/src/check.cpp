@@ -697,9 +697,11 @@ class Checker {
         const Chunk& ch = chunks[c];
         const TensorRef& ref = refs[ch.tensor];
         const uint64_t unit = ref.info->type()->type_size;
-        const uint8_t* p = ref.file->source()
-                               .bytes(ref.data_start() + ch.first_unit * unit, ch.n_units * unit)
-                               .data();
+        thread_local std::vector<uint8_t> buf;  // the chunk, read (memory bounded by chunks)
+        const uint8_t* p =
+            ref.file->source()
+                .stream(ref.data_start() + ch.first_unit * unit, ch.n_units * unit, buf)
+                .data();
         const ScanLayout& l = layouts[ch.tensor];
         Hits& h = hits[c];
         switch (l.scan) {
@@ -718,8 +720,6 @@ class Checker {
           default:
             scan_blocks(l, p, ch.n_units, unit, ch.first_unit, h);
         }
-        // Scanned: the pages leave this process's memory (memory bounded by chunks).
-        ref.file->source().release(ref.data_start() + ch.first_unit * unit, ch.n_units * unit);
       }
     };
     tbb::task_arena arena(options_.threads ? static_cast<int>(options_.threads)

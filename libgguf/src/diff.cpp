@@ -11,6 +11,7 @@
 #include <atomic>
 #include <cstring>
 #include <map>
+#include <memory>
 #include <thread>
 
 #include "diff_internal.h"
@@ -213,22 +214,22 @@ void hash_pairs(const std::vector<HashPair>& pairs, DiffReport& report, const Di
   tbb::parallel_for(size_t{0}, units.size(), [&](size_t k) {
     if (cancel.load(std::memory_order_relaxed)) return;
     const Unit& u = units[k];
-    const auto data = u.t->data();
-    // 16 MiB pieces: progress moves, cancellation is prompt, pages stream through once.
-    constexpr size_t kChunk = size_t{16} << 20;
-    XXH3_state_t* state = XXH3_createState();
-    XXH3_64bits_reset(state);
-    SequentialRelease read;  // memory bounded by chunks
-    for (size_t off = 0; off < data.size(); off += kChunk) {
+    const uint64_t size = u.t->data().size();
+    // 1 MiB pieces: progress moves, cancellation is prompt, memory stays bounded.
+    constexpr uint64_t kChunk = uint64_t{1} << 20;
+    thread_local std::vector<uint8_t> buf;
+    const std::unique_ptr<XXH3_state_t, decltype(&XXH3_freeState)> state(XXH3_createState(),
+                                                                         XXH3_freeState);
+    XXH3_64bits_reset(state.get());
+    for (uint64_t off = 0; off < size; off += kChunk) {
       if (cancel.load(std::memory_order_relaxed)) break;
-      const size_t n = std::min(kChunk, data.size() - off);
-      XXH3_64bits_update(state, data.data() + off, n);
-      read.done(u.t->file->source(), u.t->data_start() + off, n);
+      const uint64_t n = std::min(kChunk, size - off);
+      const auto piece = u.t->file->source().stream(u.t->data_start() + off, n, buf);
+      XXH3_64bits_update(state.get(), piece.data(), piece.size());
       const uint64_t d = done.fetch_add(n) + n;
       if (o.progress) o.progress(d, total);
     }
-    (u.side_b ? hb : ha)[u.pair] = XXH3_64bits_digest(state);
-    XXH3_freeState(state);
+    (u.side_b ? hb : ha)[u.pair] = XXH3_64bits_digest(state.get());
     if (pending[u.pair].fetch_sub(1) == 1 && o.stop_early && ha[u.pair] != hb[u.pair])
       cancel = true;
   });
@@ -246,12 +247,13 @@ void hash_pairs(const std::vector<HashPair>& pairs, DiffReport& report, const Di
   }
 }
 
-// Bytes [off, off + n) of two tensors' payloads were read: their pages leave this process's
-// memory (they stay in the page cache), so a diff of 400 GB files stays at a few chunks.
-void release_both(SequentialRelease& read, const TensorRef& a, const TensorRef& b, uint64_t off,
-                  uint64_t n) {
-  read.done(a.file->source(), a.data_start() + off, n);
-  read.done(b.file->source(), b.data_start() + off, n);
+// Whether bytes [off, off + n) of two tensors' payloads differ, read a piece at a time into
+// per-thread buffers (memory bounded by pieces, whatever the file size).
+bool differ_at(const TensorRef& a, const TensorRef& b, uint64_t off, uint64_t n) {
+  thread_local std::vector<uint8_t> buf_a, buf_b;
+  const auto x = a.file->source().stream(a.data_start() + off, n, buf_a);
+  const auto y = b.file->source().stream(b.data_start() + off, n, buf_b);
+  return std::memcmp(x.data(), y.data(), x.size()) != 0;
 }
 
 // --paranoid: equal hashes are confirmed byte by byte (a manifest side has no bytes).
@@ -259,14 +261,10 @@ void compare_bytes(const std::vector<HashPair>& pairs, DiffReport& report) {
   tbb::parallel_for(size_t{0}, pairs.size(), [&](size_t p) {
     TensorDiff& t = report.tensors[pairs[p].diff];
     if (t.change != TensorChange::kSame || !pairs[p].a->ref) return;
-    const auto x = pairs[p].a->ref->data(), y = pairs[p].b->ref->data();
-    constexpr size_t kChunk = size_t{16} << 20;
-    SequentialRelease read;
-    for (size_t off = 0; off < x.size(); off += kChunk) {
-      const size_t n = std::min(kChunk, x.size() - off);
-      const bool differ = std::memcmp(x.data() + off, y.data() + off, n) != 0;
-      release_both(read, *pairs[p].a->ref, *pairs[p].b->ref, off, n);
-      if (differ) {
+    const uint64_t size = pairs[p].a->ref->data().size();
+    constexpr uint64_t kChunk = uint64_t{1} << 20;
+    for (uint64_t off = 0; off < size; off += kChunk) {
+      if (differ_at(*pairs[p].a->ref, *pairs[p].b->ref, off, std::min(kChunk, size - off))) {
         t.change = TensorChange::kBytes;
         t.note = "bytes differ although the xxh3 hashes agree";
         return;
@@ -286,14 +284,12 @@ void classify_by_bytes(const std::vector<HashPair>& pairs, DiffReport& report) {
   });
   tbb::parallel_for(size_t{0}, order.size(), [&](size_t k) {
     const HashPair& p = pairs[order[k]];
-    const auto x = p.a->ref->data(), y = p.b->ref->data();
-    constexpr size_t kChunk = size_t{1} << 20;
-    SequentialRelease read;
-    for (size_t off = 0; off < x.size(); off += kChunk) {
-      const size_t n = std::min(kChunk, x.size() - off);
-      const bool differ = std::memcmp(x.data() + off, y.data() + off, n) != 0;
-      release_both(read, *p.a->ref, *p.b->ref, off, n);
-      if (differ) {
+    const uint64_t size = p.a->ref->data().size();
+    // A small first piece: tensors that differ mostly differ at once.
+    constexpr uint64_t kFirst = uint64_t{64} << 10, kChunk = uint64_t{1} << 20;
+    for (uint64_t off = 0, n; off < size; off += n) {
+      n = std::min(off == 0 ? kFirst : kChunk, size - off);
+      if (differ_at(*p.a->ref, *p.b->ref, off, n)) {
         report.tensors[p.diff].change = TensorChange::kBytes;
         return;
       }

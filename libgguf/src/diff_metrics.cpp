@@ -561,10 +561,10 @@ using Floats = std::vector<float, boost::alignment::aligned_allocator<float, 64>
 struct Buffers {
   Floats a, b, ref;
   std::vector<double> wide_a, wide_b, wide_ref;  // the double path (see wide_values)
-  SequentialRelease read;                        // pages decoded (memory bounded by chunks)
+  std::vector<uint8_t> raw[3];  // an item's payload bytes of each side, read (see stream())
 };
 
-// The decoder of a tensor and its row size, found once per tensor; decode_rows then calls the
+// The decoder of a tensor and its row size, found once per tensor; decode_at then calls the
 // decoder directly. The reader validated the payload sizes, and measure() only makes jobs of
 // types that have a decoder.
 struct Source {
@@ -577,6 +577,10 @@ struct Source {
   // Where element `col` of row `row` starts (col a multiple of the block size).
   uint64_t offset(uint64_t row, uint64_t col) const {
     return row * row_bytes + col / block_size * type_size;
+  }
+  // The payload bytes [from, to), read into scratch (or in place from memory).
+  const uint8_t* fetch(uint64_t from, uint64_t to, std::vector<uint8_t>& scratch) const {
+    return t->file->source().stream(t->data_start() + from, to - from, scratch).data();
   }
 };
 
@@ -633,16 +637,10 @@ uint64_t common_block(const std::array<Source, 3>& src) {
   return unit;
 }
 
-// Decodes rows [row0, row0 + rows) of the source into out.
-void decode_rows(const Source& s, uint64_t ne0, uint64_t row0, uint64_t rows, Floats& out) {
-  out.resize(rows * ne0);
-  s.decode(s.t->data().data() + row0 * s.row_bytes, out.data(), static_cast<int64_t>(rows * ne0));
-}
-
-// Decodes n elements of row `row` from column col (both whole blocks) into out.
-void decode_piece(const Source& s, uint64_t row, uint64_t col, uint64_t n, Floats& out) {
+// Decodes n elements (whole blocks) from p into out.
+void decode_at(const Source& s, const uint8_t* p, uint64_t n, Floats& out) {
   out.resize(n);
-  s.decode(s.t->data().data() + s.offset(row, col), out.data(), static_cast<int64_t>(n));
+  s.decode(p, out.data(), static_cast<int64_t>(n));
 }
 
 // The sum of each slice of a job's weights (one per expert matrix, or one), for Sums::w.
@@ -707,30 +705,36 @@ void measure_piece(const Item& it, const ValueJob& job, const Geometry& g,
     const uint64_t slices = job.weights.size() / g.ne0;
     w = job.weights.data() + (slices == 1 ? 0 : it.row0 / g.ne1) * g.ne0;
   }
+  // The piece's bytes of each side, read once; `at` finds column c in them.
+  const uint8_t* raw[3] = {};
+  for (size_t k = 0; k < 3; ++k)
+    if (src[k].t)
+      raw[k] = src[k].fetch(src[k].offset(it.row0, it.col0),
+                            src[k].offset(it.row0, it.col0 + it.cols), buf.raw[k]);
+  const auto at = [&](size_t k, uint64_t c) {
+    return raw[k] + (src[k].offset(it.row0, c) - src[k].offset(it.row0, it.col0));
+  };
   const bool wide = wide_values(src);
   for (uint64_t c = it.col0; c < it.col0 + it.cols; c += step) {
     const uint64_t n = std::min(step, it.col0 + it.cols - c);
     const float* wc = w ? w + c : nullptr;
     if (wide) {
-      const auto piece = [&](const Source& s, std::vector<double>& out) {
-        decode_wide(s, s.t->data().data() + s.offset(it.row0, c), n, out, buf.a);
-      };
-      piece(src[0], buf.wide_a);
-      piece(src[1], buf.wide_b);
+      decode_wide(src[0], at(0, c), n, buf.wide_a, buf.a);
+      decode_wide(src[1], at(1, c), n, buf.wide_b, buf.a);
       if (job.measure_ab)
         accumulate_checked(buf.wide_a.data(), buf.wide_b.data(), n, wc, n, sums[0]);
       if (job.ref) {
-        piece(src[2], buf.wide_ref);
+        decode_wide(src[2], at(2, c), n, buf.wide_ref, buf.a);
         accumulate_checked(buf.wide_ref.data(), buf.wide_a.data(), n, wc, n, sums[1]);
         accumulate_checked(buf.wide_ref.data(), buf.wide_b.data(), n, wc, n, sums[2]);
       }
       continue;
     }
-    decode_piece(src[0], it.row0, c, n, buf.a);
-    decode_piece(src[1], it.row0, c, n, buf.b);
+    decode_at(src[0], at(0, c), n, buf.a);
+    decode_at(src[1], at(1, c), n, buf.b);
     if (job.measure_ab) accumulate(buf.a.data(), buf.b.data(), n, wc, sums[0]);
     if (job.ref) {
-      decode_piece(src[2], it.row0, c, n, buf.ref);
+      decode_at(src[2], at(2, c), n, buf.ref);
       accumulate(buf.ref.data(), buf.a.data(), n, wc, sums[1]);
       accumulate(buf.ref.data(), buf.b.data(), n, wc, sums[2]);
     }
@@ -796,57 +800,51 @@ std::vector<ValueResult> measure_values(const std::vector<ValueJob>& jobs, unsig
       if (it.cols) {
         measure_piece(it, job, g, src[it.job], buf, sums);
         uint64_t bytes = 0;
-        for (const Source& x : src[it.job]) {
-          if (!x.t) continue;
-          const uint64_t from = x.offset(it.row0, it.col0);
-          const uint64_t n = x.offset(it.row0, it.col0 + it.cols) - from;
-          bytes += n;
-          buf.read.done(x.t->file->source(), x.t->data_start() + from, n);
-        }
+        for (const Source& x : src[it.job])
+          if (x.t) bytes += x.offset(it.row0, it.col0 + it.cols) - x.offset(it.row0, it.col0);
         const uint64_t d = done.fetch_add(bytes) + bytes;
         if (progress) progress(d, total);
         return;
       }
+      // The item's rows of each side, read once (memory bounded by items).
+      const uint8_t* raw[3] = {};
+      for (size_t k = 0; k < 3; ++k)
+        if (const Source& x = src[it.job][k]; x.t)
+          raw[k] = x.fetch(it.row0 * x.row_bytes, (it.row0 + it.rows) * x.row_bytes, buf.raw[k]);
+      const auto at = [&](size_t k, uint64_t r) {
+        return raw[k] + (r - it.row0) * src[it.job][k].row_bytes;
+      };
       const uint64_t per = std::max<uint64_t>(1, kSliceElements / std::max<uint64_t>(1, g.ne0));
       const bool wide = wide_values(src[it.job]);
       for (uint64_t r = it.row0; r < it.row0 + it.rows; r += per) {
         const uint64_t n = std::min(per, it.row0 + it.rows - r);
+        const auto& s = src[it.job];
         if (wide) {
-          const auto rows = [&](const Source& s, std::vector<double>& out) {
-            decode_wide(s, s.t->data().data() + r * s.row_bytes, n * g.ne0, out, buf.a);
-          };
-          rows(src[it.job][0], buf.wide_a);
-          rows(src[it.job][1], buf.wide_b);
+          decode_wide(s[0], at(0, r), n * g.ne0, buf.wide_a, buf.a);
+          decode_wide(s[1], at(1, r), n * g.ne0, buf.wide_b, buf.a);
           if (job.measure_ab) accumulate_rows(buf.wide_a, buf.wide_b, job, g, r, n, sums[0]);
           if (job.ref) {
-            rows(src[it.job][2], buf.wide_ref);
+            decode_wide(s[2], at(2, r), n * g.ne0, buf.wide_ref, buf.a);
             accumulate_rows(buf.wide_ref, buf.wide_a, job, g, r, n, sums[1]);
             accumulate_rows(buf.wide_ref, buf.wide_b, job, g, r, n, sums[2]);
           }
           continue;
         }
-        decode_rows(src[it.job][0], g.ne0, r, n, buf.a);
-        decode_rows(src[it.job][1], g.ne0, r, n, buf.b);
+        decode_at(s[0], at(0, r), n * g.ne0, buf.a);
+        decode_at(s[1], at(1, r), n * g.ne0, buf.b);
         if (job.measure_ab) accumulate_rows(buf.a, buf.b, job, w_sums[it.job], g, r, n, sums[0]);
         if (job.ref) {
-          decode_rows(src[it.job][2], g.ne0, r, n, buf.ref);
+          decode_at(s[2], at(2, r), n * g.ne0, buf.ref);
           accumulate_rows(buf.ref, buf.a, job, w_sums[it.job], g, r, n, sums[1]);
           accumulate_rows(buf.ref, buf.b, job, w_sums[it.job], g, r, n, sums[2]);
         }
       }
       uint64_t bytes = 0;
-      for (size_t s = 0; s < 3; ++s) {
-        const Source& x = src[it.job][s];
-        if (!x.t) continue;
-        bytes += x.t->data().size() * it.rows / g.nrows;
-        // Decoded: the pages leave this process's memory (memory bounded by chunks).
-        buf.read.done(x.t->file->source(), x.t->data_start() + it.row0 * x.row_bytes,
-                      it.rows * x.row_bytes);
-      }
+      for (const Source& x : src[it.job])
+        if (x.t) bytes += it.rows * x.row_bytes;
       const uint64_t d = done.fetch_add(bytes) + bytes;
       if (progress) progress(d, total);
     });
-    for (Buffers& b : buffers) b.read.flush();
     for (size_t k = w0; k < w1; ++k) {
       ValueResult& r = out[items[k].job];
       if (r.ab) r.ab->merge(partial[k - w0][0]);

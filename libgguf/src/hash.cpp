@@ -7,6 +7,8 @@
 #include <xxhash.h>
 
 #include <atomic>
+#include <memory>
+#include <vector>
 #include <thread>
 
 #include "gguf/source.h"
@@ -37,21 +39,21 @@ std::vector<uint64_t> hash_tensors(const Model& model, const std::vector<size_t>
   tbb::global_control limit(tbb::global_control::max_allowed_parallelism, threads);
   tbb::parallel_for(size_t{0}, which.size(), [&](size_t k) {
     const TensorRef& t = model.tensors()[which[k]];
-    const auto data = t.data();
-    // Stream in 16 MiB pieces so progress moves and pages are touched once, in order.
-    constexpr size_t kChunk = size_t{16} << 20;
-    XXH3_state_t* state = XXH3_createState();
-    XXH3_64bits_reset(state);
-    SequentialRelease read;
-    for (size_t off = 0; off < data.size(); off += kChunk) {
-      const size_t n = std::min(kChunk, data.size() - off);
-      XXH3_64bits_update(state, data.data() + off, n);
-      read.done(t.file->source(), t.data_start() + off, n);
+    const uint64_t size = t.data().size();
+    // Read in 1 MiB pieces so progress moves and memory stays bounded.
+    constexpr uint64_t kChunk = uint64_t{1} << 20;
+    thread_local std::vector<uint8_t> buf;
+    const std::unique_ptr<XXH3_state_t, decltype(&XXH3_freeState)> state(XXH3_createState(),
+                                                                         XXH3_freeState);
+    XXH3_64bits_reset(state.get());
+    for (uint64_t off = 0; off < size; off += kChunk) {
+      const uint64_t n = std::min(kChunk, size - off);
+      const auto piece = t.file->source().stream(t.data_start() + off, n, buf);
+      XXH3_64bits_update(state.get(), piece.data(), piece.size());
       const uint64_t d = done.fetch_add(n) + n;
       if (progress) progress(d, total);
     }
-    out[k] = XXH3_64bits_digest(state);
-    XXH3_freeState(state);
+    out[k] = XXH3_64bits_digest(state.get());
   });
   return out;
 }

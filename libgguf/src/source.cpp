@@ -29,6 +29,14 @@ std::span<const uint8_t> ByteSource::bytes(uint64_t offset, uint64_t len) const 
   return {base() + offset, static_cast<size_t>(len)};
 }
 
+std::span<const uint8_t> ByteSource::stream(uint64_t offset, uint64_t len,
+                                            std::vector<uint8_t>& scratch) const {
+  const auto mapped = bytes(offset, len);  // the range check
+  if (len > scratch.size()) scratch.resize(static_cast<size_t>(len));
+  const std::span<uint8_t> out(scratch.data(), static_cast<size_t>(len));
+  return read_into(offset, out) ? std::span<const uint8_t>(out) : mapped;
+}
+
 namespace detail {
 namespace {
 
@@ -146,6 +154,23 @@ class FileSource final : public ByteSource {
   }
   std::optional<std::pair<uint64_t, uint64_t>> identity() const override {
     return std::pair<uint64_t, uint64_t>(dev_, ino_);
+  }
+
+ protected:
+  bool read_into(uint64_t offset, std::span<uint8_t> out) const override {
+    size_t got = 0;
+    while (got < out.size()) {
+      const ssize_t n = ::pread(fd_, out.data() + got, out.size() - got,
+                                static_cast<off_t>(offset + got));
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0)
+        throw Error(name_, {}, offset + got, fmt::format("cannot read: {}", std::strerror(errno)));
+      if (n == 0)
+        throw Error(name_, {}, offset + got,
+                    "a file being read was truncated: was an input changed while in use?");
+      got += static_cast<size_t>(n);
+    }
+    return true;
   }
 
  protected:

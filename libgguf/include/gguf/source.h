@@ -25,11 +25,21 @@ class ByteSource {
   // the page cache), so streaming over a mapped 100 GB model keeps RSS bounded. A no-op for
   // memory sources; later reads of the range simply fault the pages back in.
   virtual void release(uint64_t /*offset*/, uint64_t /*len*/) const {}
+  // The bytes [offset, offset + len) for reading once, front to back: a file's are read into
+  // `scratch` (pread), a memory source's are returned in place. Streaming a mapped file
+  // instead costs a page fault per few pages and a release afterwards; on the VMs measured
+  // that made reading 3-4x slower than pread (bench/README.md). Throws gguf::Error when the
+  // range is not inside, or the file cannot be read or was cut short meanwhile.
+  std::span<const uint8_t> stream(uint64_t offset, uint64_t len,
+                                  std::vector<uint8_t>& scratch) const;
   // (device, inode) of a file, to refuse writing over an input.
   virtual std::optional<std::pair<uint64_t, uint64_t>> identity() const { return std::nullopt; }
 
  protected:
   virtual const uint8_t* base() const = 0;
+  // Reads [offset, offset + out.size()), inside the source, into out; false when the source is
+  // read in place (stream() then returns the mapped bytes).
+  virtual bool read_into(uint64_t /*offset*/, std::span<uint8_t> /*out*/) const { return false; }
 };
 
 // release() works in windows of this size (a read fault maps up to this much of the page cache).
