@@ -147,7 +147,7 @@ class FileSource final : public ByteSource {
     // and whole large page-cache folios, up to 2 MiB), so pages just before a range (released
     // with the previous one) or after it would come back and stay. Measured: requant releasing
     // 70 KiB row chunks kept 40 % of its input mapped with page rounding, a few MiB with this.
-    constexpr uint64_t kWindow = kReleaseWindow;
+    constexpr uint64_t kWindow = 2 * 1024 * 1024;
     const uint64_t lo = offset & ~(kWindow - 1);
     const uint64_t hi = std::min(size_, (offset + len + kWindow - 1) & ~(kWindow - 1));
     ::madvise(const_cast<uint8_t*>(map_) + lo, static_cast<size_t>(hi - lo), MADV_DONTNEED);
@@ -204,41 +204,6 @@ class MemorySource final : public ByteSource {
 
 std::shared_ptr<const ByteSource> open_file_source(const std::string& path) {
   return std::make_shared<FileSource>(path);
-}
-
-void SequentialRelease::done(const ByteSource& source, uint64_t offset, uint64_t len) {
-  if (len == 0) return;
-  const uint64_t end = offset + len;
-  Pending* p = nullptr;
-  for (Pending& s : slots_)
-    if (s.source == &source) p = &s;
-  if (!p) {
-    p = &slots_[next_];
-    next_ = (next_ + 1) % kSlots;
-    if (p->source && p->hi > p->lo) p->source->release(p->lo, p->hi - p->lo);
-    *p = {&source, offset, end};
-  } else if (offset < p->hi || offset - p->hi > kReleaseWindow) {
-    // Not the continuation of the pending range: that one is done with.
-    if (p->hi > p->lo) source.release(p->lo, p->hi - p->lo);
-    p->lo = offset;
-    p->hi = end;
-  } else {
-    p->hi = end;  // a gap of less than a window (padding between tensors) goes with it
-  }
-  // The windows before the one the reads have reached are not read again.
-  const uint64_t cut = p->hi / kReleaseWindow * kReleaseWindow;
-  if (cut > p->lo) {
-    source.release(p->lo, cut - p->lo);
-    p->lo = cut;
-  }
-}
-
-void SequentialRelease::flush() {
-  for (Pending& p : slots_) {
-    if (p.source && p.hi > p.lo) p.source->release(p.lo, p.hi - p.lo);
-    p = {};
-  }
-  next_ = 0;
 }
 
 void reserve_open_files(uint64_t needed) {

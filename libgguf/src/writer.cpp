@@ -33,7 +33,7 @@ using detail::Layout;
 using detail::OutputFile;
 
 constexpr uint64_t kCopyExtent = uint64_t{32} << 20;      // per copy_file_range + hash step
-constexpr uint64_t kVerifyPiece = uint64_t{16} << 20;     // read-back hash step
+constexpr uint64_t kReadPiece = uint64_t{4} << 20;        // pread step of hashing and reading
 constexpr uint64_t kParallelHashMin = uint64_t{1} << 20;  // smaller extents hash inline
 constexpr uint64_t kProgressStep = uint64_t{16} << 20;    // report at least this far apart
 constexpr uint64_t kMaxShards = 65535;                    // split.count is a u16
@@ -313,6 +313,7 @@ class Streamer {
   OutputFile* out_ = nullptr;
   Xxh3 hash_;
   std::vector<uint8_t> buffer_;
+  std::vector<uint8_t> hash_buffer_;  // the source as hashed, read beside the kernel copy
   std::unordered_set<int> no_kernel_copy_;  // source fds copy_file_range refused
 
   Error error(const PlanTensor& t, std::string msg) const {
@@ -343,25 +344,28 @@ class Streamer {
                                  r.offset + t.bytes, escape_for_terminal(src.name()), src.size()));
     const int fd = src.fd();
     for (uint64_t done = 0; done < t.bytes;) {
-      const uint64_t n = std::min(kCopyExtent, t.bytes - done);
-      // Hashing through the mapping reads the source independently of the kernel copy, so
-      // verification compares two different paths to the same bytes. A large extent is
-      // hashed on a second thread while the kernel copies it (the future joins even when the
-      // copy throws); one extent at a time keeps both readers on the same pages.
-      const auto bytes = src.bytes(r.offset + done, n);
+      const uint64_t n = std::min(kCopyExtent, t.bytes - done), at = r.offset + done;
+      // The source is hashed as it is read (pread, or memory), independently of the kernel
+      // copy, so verification compares two different paths to the same bytes. A large extent
+      // is hashed on a second thread while the kernel copies it (the future joins even when
+      // the copy throws); one extent at a time keeps both readers on the same pages.
+      const auto hash_extent = [&] {
+        for (uint64_t k = 0; k < n; k += kReadPiece)
+          hash_.update(src.stream(at + k, std::min(kReadPiece, n - k), hash_buffer_));
+      };
       std::future<void> hashed;
       if (n >= kParallelHashMin)
-        hashed = std::async(std::launch::async, [&] { hash_.update(bytes); });
+        hashed = std::async(std::launch::async, hash_extent);
       else
-        hash_.update(bytes);
+        hash_extent();
       uint64_t copied = 0;
       if (fd >= 0 && !no_kernel_copy_.count(fd)) {
-        copied = out_->copy_range(fd, src.name(), r.offset + done, n);
+        copied = out_->copy_range(fd, src.name(), at, n);
         if (copied < n) no_kernel_copy_.insert(fd);
       }
-      if (copied < n) out_->write(bytes.subspan(static_cast<size_t>(copied)));
+      for (uint64_t k = copied; k < n; k += kReadPiece)
+        out_->write(src.stream(at + k, std::min(kReadPiece, n - k), buffer_));
       if (hashed.valid()) hashed.get();
-      src.release(r.offset + done, n);
       done += n;
       progress(false);
     }
@@ -471,9 +475,9 @@ void verify_file(const OutputFile& out, const GgufFile* f, const Shard& sh, uint
       fail(object, fmt::format("offset/size read back as {}/{}, wrote {}/{}", got.offset,
                                got.bytes.value_or(0), sh.layout.offsets[i], want.bytes));
   }
-  // The payloads are read back on all cores, largest first, through the reader's mapping of
-  // the written file (page-cached: no copy), in pieces released once hashed so memory stays
-  // bounded. The first failing tensor in file order is reported.
+  // The payloads are read back on all cores, largest first, in pieces read through the
+  // reader's source of the written file (pread of the page cache) so memory stays bounded.
+  // The first failing tensor in file order is reported.
   std::vector<size_t> order(ts.size());
   for (size_t i = 0; i < order.size(); ++i) order[i] = i;
   std::stable_sort(order.begin(), order.end(),
@@ -485,11 +489,9 @@ void verify_file(const OutputFile& out, const GgufFile* f, const Shard& sh, uint
     const uint64_t size = sh.tensors[i]->bytes, start = f->data_start(ts[i]);
     Xxh3 hash;
     hash.reset();
-    for (uint64_t done = 0; done < size; done += kVerifyPiece) {
-      const uint64_t n = std::min(kVerifyPiece, size - done);
-      hash.update(src.bytes(start + done, n));
-      src.release(start + done, n);
-    }
+    thread_local std::vector<uint8_t> buf;
+    for (uint64_t done = 0; done < size; done += kReadPiece)
+      hash.update(src.stream(start + done, std::min(kReadPiece, size - done), buf));
     if (hash.digest() != hashes[i]) {
       problems[i] = fmt::format("payload reads back with xxh3 {:016x}, wrote {:016x}",
                                 hash.digest(), hashes[i]);

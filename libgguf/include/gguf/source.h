@@ -42,35 +42,6 @@ class ByteSource {
   virtual bool read_into(uint64_t /*offset*/, std::span<uint8_t> /*out*/) const { return false; }
 };
 
-// release() works in windows of this size (a read fault maps up to this much of the page cache).
-inline constexpr uint64_t kReleaseWindow = uint64_t{2} << 20;
-
-// Releases the pages of ranges read in order, one window at a time. A reader that releases
-// each small piece as it finishes it drops the window that piece ends in (release rounds out),
-// and the next piece faults that window in again: reading a 2 MiB window in 576 KiB pieces
-// mapped it four times. Here a range that continues the last one of its source (within a
-// window) extends it, only the windows the reads have moved past are released, and the rest is
-// released by flush() (or the destructor). One object per thread; sources must outlive it.
-class SequentialRelease {
- public:
-  SequentialRelease() = default;
-  SequentialRelease(const SequentialRelease&) = delete;
-  SequentialRelease& operator=(const SequentialRelease&) = delete;
-  ~SequentialRelease() { flush(); }
-  // [offset, offset + len) of `source` has been read and is not needed again.
-  void done(const ByteSource& source, uint64_t offset, uint64_t len);
-  void flush();
-
- private:
-  struct Pending {
-    const ByteSource* source = nullptr;
-    uint64_t lo = 0, hi = 0;
-  };
-  static constexpr size_t kSlots = 4;  // sources followed at once (a, b and a reference)
-  Pending slots_[kSlots];
-  size_t next_ = 0;  // the slot a new source takes (round robin)
-};
-
 // Maps a file read-only (files larger than 4 GiB work on 64-bit hosts).
 std::shared_ptr<const ByteSource> open_file_source(const std::string& path);
 // Raises this process's soft limit on open files towards its hard limit so that `needed`
