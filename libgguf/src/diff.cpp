@@ -5,13 +5,11 @@
 #include <fmt/format.h>
 #include <tbb/global_control.h>
 #include <tbb/parallel_for.h>
-#include <xxhash.h>
 
 #include <algorithm>
 #include <atomic>
 #include <cstring>
 #include <map>
-#include <memory>
 #include <thread>
 
 #include "diff_internal.h"
@@ -214,22 +212,12 @@ void hash_pairs(const std::vector<HashPair>& pairs, DiffReport& report, const Di
   tbb::parallel_for(size_t{0}, units.size(), [&](size_t k) {
     if (cancel.load(std::memory_order_relaxed)) return;
     const Unit& u = units[k];
-    const uint64_t size = u.t->data().size();
-    // 1 MiB pieces: progress moves, cancellation is prompt, memory stays bounded.
-    constexpr uint64_t kChunk = uint64_t{1} << 20;
-    thread_local std::vector<uint8_t> buf;
-    const std::unique_ptr<XXH3_state_t, decltype(&XXH3_freeState)> state(XXH3_createState(),
-                                                                         XXH3_freeState);
-    XXH3_64bits_reset(state.get());
-    for (uint64_t off = 0; off < size; off += kChunk) {
-      if (cancel.load(std::memory_order_relaxed)) break;
-      const uint64_t n = std::min(kChunk, size - off);
-      const auto piece = u.t->file->source().stream(u.t->data_start() + off, n, buf);
-      XXH3_64bits_update(state.get(), piece.data(), piece.size());
+    // In pieces: progress moves, cancellation is prompt, memory stays bounded.
+    (u.side_b ? hb : ha)[u.pair] = hash_payload(*u.t, [&](uint64_t n) {
       const uint64_t d = done.fetch_add(n) + n;
       if (o.progress) o.progress(d, total);
-    }
-    (u.side_b ? hb : ha)[u.pair] = XXH3_64bits_digest(state.get());
+      return !cancel.load(std::memory_order_relaxed);
+    });
     if (pending[u.pair].fetch_sub(1) == 1 && o.stop_early && ha[u.pair] != hb[u.pair])
       cancel = true;
   });

@@ -8,8 +8,8 @@
 
 #include <atomic>
 #include <memory>
-#include <vector>
 #include <thread>
+#include <vector>
 
 #include "gguf/source.h"
 #include "writer_internal.h"
@@ -21,6 +21,22 @@ uint64_t xxh3(std::span<const uint8_t> bytes) { return XXH3_64bits(bytes.data(),
 uint64_t value_xxh3(const Value& v) { return xxh3(detail::encode_value(v)); }
 
 std::string hex64(uint64_t h) { return fmt::format("{:016x}", h); }
+
+uint64_t hash_payload(const TensorRef& t, const std::function<bool(uint64_t)>& piece_done) {
+  const uint64_t size = t.data().size();
+  constexpr uint64_t kPiece = uint64_t{1} << 20;
+  thread_local std::vector<uint8_t> buf;
+  const std::unique_ptr<XXH3_state_t, decltype(&XXH3_freeState)> state(XXH3_createState(),
+                                                                       XXH3_freeState);
+  XXH3_64bits_reset(state.get());
+  for (uint64_t off = 0; off < size; off += kPiece) {
+    const auto piece =
+        t.file->source().stream(t.data_start() + off, std::min(kPiece, size - off), buf);
+    XXH3_64bits_update(state.get(), piece.data(), piece.size());
+    if (!piece_done(piece.size())) break;
+  }
+  return XXH3_64bits_digest(state.get());
+}
 
 std::vector<uint64_t> hash_tensors(const Model& model, const std::vector<size_t>& indices,
                                    unsigned threads,
@@ -38,22 +54,11 @@ std::vector<uint64_t> hash_tensors(const Model& model, const std::vector<size_t>
   if (threads == 0) threads = std::max(1u, std::thread::hardware_concurrency());
   tbb::global_control limit(tbb::global_control::max_allowed_parallelism, threads);
   tbb::parallel_for(size_t{0}, which.size(), [&](size_t k) {
-    const TensorRef& t = model.tensors()[which[k]];
-    const uint64_t size = t.data().size();
-    // Read in 1 MiB pieces so progress moves and memory stays bounded.
-    constexpr uint64_t kChunk = uint64_t{1} << 20;
-    thread_local std::vector<uint8_t> buf;
-    const std::unique_ptr<XXH3_state_t, decltype(&XXH3_freeState)> state(XXH3_createState(),
-                                                                         XXH3_freeState);
-    XXH3_64bits_reset(state.get());
-    for (uint64_t off = 0; off < size; off += kChunk) {
-      const uint64_t n = std::min(kChunk, size - off);
-      const auto piece = t.file->source().stream(t.data_start() + off, n, buf);
-      XXH3_64bits_update(state.get(), piece.data(), piece.size());
+    out[k] = hash_payload(model.tensors()[which[k]], [&](uint64_t n) {
       const uint64_t d = done.fetch_add(n) + n;
       if (progress) progress(d, total);
-    }
-    out[k] = XXH3_64bits_digest(state.get());
+      return true;
+    });
   });
   return out;
 }

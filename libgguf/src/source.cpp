@@ -160,8 +160,8 @@ class FileSource final : public ByteSource {
   bool read_into(uint64_t offset, std::span<uint8_t> out) const override {
     size_t got = 0;
     while (got < out.size()) {
-      const ssize_t n = ::pread(fd_, out.data() + got, out.size() - got,
-                                static_cast<off_t>(offset + got));
+      const ssize_t n =
+          ::pread(fd_, out.data() + got, out.size() - got, static_cast<off_t>(offset + got));
       if (n < 0 && errno == EINTR) continue;
       if (n < 0)
         throw Error(name_, {}, offset + got, fmt::format("cannot read: {}", std::strerror(errno)));

@@ -20,6 +20,11 @@ uint64_t value_xxh3(const Value& v);
 // "0123456789abcdef": 16 lower-case hex digits, as manifests print them.
 std::string hex64(uint64_t h);
 
+// xxh3-64 of one tensor's payload, read a piece (1 MiB) at a time through its source's
+// stream() so memory stays bounded. After each piece, piece_done(its size) is called; when it
+// returns false the reading stops (the result is then of the bytes read so far).
+uint64_t hash_payload(const TensorRef& t, const std::function<bool(uint64_t)>& piece_done);
+
 // Hashes the payloads of model.tensors()[i] for each i in indices (all tensors when empty),
 // in parallel with up to threads workers (0 = hardware concurrency). Result is indexed like
 // indices. progress gets (bytes done, bytes total).
