@@ -313,7 +313,7 @@ class Streamer {
   OutputFile* out_ = nullptr;
   Xxh3 hash_;
   std::vector<uint8_t> buffer_;
-  std::vector<uint8_t> hash_buffer_;  // the source as hashed, read beside the kernel copy
+  std::vector<uint8_t> hash_buffer_;        // the source as hashed, read beside the kernel copy
   std::unordered_set<int> no_kernel_copy_;  // source fds copy_file_range refused
 
   Error error(const PlanTensor& t, std::string msg) const {
