@@ -80,9 +80,6 @@ struct Inputs {
 };
 Inputs g;
 
-// With stream, the pages read leave the process afterwards, as in any reader whose memory is
-// bounded by chunks (gguf-diff's): each run faults them in again and pays for their release.
-// Without, they stay mapped from the previous run: no fault at all, the whole input resident.
 // How a plain loop gets the payload bytes: from the mapping, left resident (a bounded tool
 // cannot do that with a 100 GB model); from the mapping, releasing each tensor's pages after
 // it (how the tools streamed until session 19); or through ByteSource::stream() (pread into

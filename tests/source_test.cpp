@@ -58,6 +58,7 @@ TEST(byte_source_stream, reads_files_into_the_buffer_and_memory_in_place) {
   const auto in_place = mem->stream(10, 20, unused);
   EXPECT_EQ(in_place.data(), mem->bytes(10, 20).data());
   EXPECT_EQ(in_place.size(), 20u);
+  EXPECT_TRUE(unused.empty()) << "a memory source needs no buffer";
 }
 
 }  // namespace

@@ -707,12 +707,12 @@ void measure_piece(const Item& it, const ValueJob& job, const Geometry& g,
   }
   // The piece's bytes of each side, read once; `at` finds column c in them.
   const uint8_t* raw[3] = {};
-  for (size_t k = 0; k < 3; ++k)
-    if (src[k].t)
-      raw[k] = src[k].fetch(src[k].offset(it.row0, it.col0),
-                            src[k].offset(it.row0, it.col0 + it.cols), buf.raw[k]);
-  const auto at = [&](size_t k, uint64_t c) {
-    return raw[k] + (src[k].offset(it.row0, c) - src[k].offset(it.row0, it.col0));
+  for (size_t side = 0; side < 3; ++side)
+    if (const Source& x = src[side]; x.t)
+      raw[side] =
+          x.fetch(x.offset(it.row0, it.col0), x.offset(it.row0, it.col0 + it.cols), buf.raw[side]);
+  const auto at = [&](size_t side, uint64_t c) {
+    return raw[side] + (src[side].offset(it.row0, c) - src[side].offset(it.row0, it.col0));
   };
   const bool wide = wide_values(src);
   for (uint64_t c = it.col0; c < it.col0 + it.cols; c += step) {
@@ -808,11 +808,12 @@ std::vector<ValueResult> measure_values(const std::vector<ValueJob>& jobs, unsig
       }
       // The item's rows of each side, read once (memory bounded by items).
       const uint8_t* raw[3] = {};
-      for (size_t k = 0; k < 3; ++k)
-        if (const Source& x = src[it.job][k]; x.t)
-          raw[k] = x.fetch(it.row0 * x.row_bytes, (it.row0 + it.rows) * x.row_bytes, buf.raw[k]);
-      const auto at = [&](size_t k, uint64_t r) {
-        return raw[k] + (r - it.row0) * src[it.job][k].row_bytes;
+      for (size_t side = 0; side < 3; ++side)
+        if (const Source& x = src[it.job][side]; x.t)
+          raw[side] =
+              x.fetch(it.row0 * x.row_bytes, (it.row0 + it.rows) * x.row_bytes, buf.raw[side]);
+      const auto at = [&](size_t side, uint64_t r) {
+        return raw[side] + (r - it.row0) * src[it.job][side].row_bytes;
       };
       const uint64_t per = std::max<uint64_t>(1, kSliceElements / std::max<uint64_t>(1, g.ne0));
       const bool wide = wide_values(src[it.job]);

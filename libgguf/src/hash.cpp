@@ -1,4 +1,4 @@
-// xxh3 hashing of payloads straight from the mapping.
+// xxh3 hashing of payloads, read in bounded pieces (ByteSource::stream).
 #include "gguf/hash.h"
 
 #include <fmt/format.h>

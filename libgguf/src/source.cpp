@@ -18,6 +18,7 @@
 #include "gguf/error.h"
 #include "gguf/escape.h"
 #include "mapped_registry.h"
+#include "writer_internal.h"
 
 namespace gguf {
 
@@ -31,10 +32,9 @@ std::span<const uint8_t> ByteSource::bytes(uint64_t offset, uint64_t len) const 
 
 std::span<const uint8_t> ByteSource::stream(uint64_t offset, uint64_t len,
                                             std::vector<uint8_t>& scratch) const {
-  const auto mapped = bytes(offset, len);  // the range check
-  if (len > scratch.size()) scratch.resize(static_cast<size_t>(len));
-  const std::span<uint8_t> out(scratch.data(), static_cast<size_t>(len));
-  return read_into(offset, out) ? std::span<const uint8_t>(out) : mapped;
+  const auto in_place = bytes(offset, len);  // the range check
+  if (!read_into(offset, len, scratch)) return in_place;
+  return {scratch.data(), static_cast<size_t>(len)};
 }
 
 namespace detail {
@@ -157,14 +157,18 @@ class FileSource final : public ByteSource {
   }
 
  protected:
-  bool read_into(uint64_t offset, std::span<uint8_t> out) const override {
+  bool read_into(uint64_t offset, uint64_t len, std::vector<uint8_t>& scratch) const override {
+    if (len > scratch.size()) scratch.resize(static_cast<size_t>(len));
     size_t got = 0;
-    while (got < out.size()) {
-      const ssize_t n =
-          ::pread(fd_, out.data() + got, out.size() - got, static_cast<off_t>(offset + got));
-      if (n < 0 && errno == EINTR) continue;
-      if (n < 0)
-        throw Error(name_, {}, offset + got, fmt::format("cannot read: {}", std::strerror(errno)));
+    while (got < len) {
+      const ssize_t n = ::pread(fd_, scratch.data() + got, static_cast<size_t>(len) - got,
+                                static_cast<off_t>(offset + got));
+      if (n < 0) {
+        const int err = errno;
+        if (err == EINTR) continue;
+        throw Error(name_, {}, offset + got,
+                    fmt::format("cannot read: {}", detail::errno_text(err)));
+      }
       if (n == 0)
         throw Error(name_, {}, offset + got,
                     "a file being read was truncated: was an input changed while in use?");

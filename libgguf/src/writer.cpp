@@ -490,8 +490,14 @@ void verify_file(const OutputFile& out, const GgufFile* f, const Shard& sh, uint
     Xxh3 hash;
     hash.reset();
     thread_local std::vector<uint8_t> buf;
-    for (uint64_t done = 0; done < size; done += kReadPiece)
-      hash.update(src.stream(start + done, std::min(kReadPiece, size - done), buf));
+    try {
+      for (uint64_t done = 0; done < size; done += kReadPiece)
+        hash.update(src.stream(start + done, std::min(kReadPiece, size - done), buf));
+    } catch (const Error& e) {  // named after the output, not its temp file
+      problems[i] = fmt::format("cannot read the payload back at byte {}: {}",
+                                e.offset().value_or(start), e.message());
+      return;
+    }
     if (hash.digest() != hashes[i]) {
       problems[i] = fmt::format("payload reads back with xxh3 {:016x}, wrote {:016x}",
                                 hash.digest(), hashes[i]);

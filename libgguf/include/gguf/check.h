@@ -32,9 +32,10 @@ std::string format_problem(const Problem& p);
 struct CheckOptions {
   bool scan_data = true;  // look for NaN/Inf in float data and quant block scales
   unsigned threads = 0;   // 0: all cores
-  // Tensors are scanned in pieces of about this many bytes, so one huge tensor still uses
-  // every core and memory stays bounded by the page cache.
-  uint64_t chunk_bytes = uint64_t{16} << 20;
+  // Tensors are scanned in pieces of about this many bytes, each read into a buffer of the
+  // thread that scans it: one huge tensor still uses every core, and memory stays bounded by
+  // this size times the threads.
+  uint64_t chunk_bytes = uint64_t{4} << 20;
 };
 
 // Tensors of f whose data overlaps another's (ggml refuses such files; the lenient reader reads

@@ -37,9 +37,12 @@ class ByteSource {
 
  protected:
   virtual const uint8_t* base() const = 0;
-  // Reads [offset, offset + out.size()), inside the source, into out; false when the source is
-  // read in place (stream() then returns the mapped bytes).
-  virtual bool read_into(uint64_t /*offset*/, std::span<uint8_t> /*out*/) const { return false; }
+  // Reads [offset, offset + len), inside the source, into scratch (grown as needed) and
+  // returns true; false when the source is read in place (stream() then returns its bytes).
+  virtual bool read_into(uint64_t /*offset*/, uint64_t /*len*/,
+                         std::vector<uint8_t>& /*scratch*/) const {
+    return false;
+  }
 };
 
 // Maps a file read-only (files larger than 4 GiB work on 64-bit hosts).
