@@ -235,13 +235,20 @@ void hash_pairs(const std::vector<HashPair>& pairs, DiffReport& report, const Di
   }
 }
 
-// Whether bytes [off, off + n) of two tensors' payloads differ, read a piece at a time into
-// per-thread buffers (memory bounded by pieces, whatever the file size).
-bool differ_at(const TensorRef& a, const TensorRef& b, uint64_t off, uint64_t n) {
+// Whether two tensors' payloads (of equal size) differ, read a piece at a time into per-thread
+// buffers (memory bounded by pieces, whatever the file size) and stopping at the first piece
+// that differs. The first piece is `first` bytes, the others 1 MiB.
+bool payloads_differ(const TensorRef& a, const TensorRef& b, uint64_t first) {
   thread_local std::vector<uint8_t> buf_a, buf_b;
-  const auto x = a.file->source().stream(a.data_start() + off, n, buf_a);
-  const auto y = b.file->source().stream(b.data_start() + off, n, buf_b);
-  return std::memcmp(x.data(), y.data(), x.size()) != 0;
+  const uint64_t size = a.data().size();
+  constexpr uint64_t kPiece = uint64_t{1} << 20;
+  for (uint64_t off = 0, n; off < size; off += n) {
+    n = std::min(off == 0 ? first : kPiece, size - off);
+    const auto x = a.file->source().stream(a.data_start() + off, n, buf_a);
+    const auto y = b.file->source().stream(b.data_start() + off, n, buf_b);
+    if (std::memcmp(x.data(), y.data(), x.size()) != 0) return true;
+  }
+  return false;
 }
 
 // --paranoid: equal hashes are confirmed byte by byte (a manifest side has no bytes).
@@ -249,14 +256,9 @@ void compare_bytes(const std::vector<HashPair>& pairs, DiffReport& report) {
   tbb::parallel_for(size_t{0}, pairs.size(), [&](size_t p) {
     TensorDiff& t = report.tensors[pairs[p].diff];
     if (t.change != TensorChange::kSame || !pairs[p].a->ref) return;
-    const uint64_t size = pairs[p].a->ref->data().size();
-    constexpr uint64_t kChunk = uint64_t{1} << 20;
-    for (uint64_t off = 0; off < size; off += kChunk) {
-      if (differ_at(*pairs[p].a->ref, *pairs[p].b->ref, off, std::min(kChunk, size - off))) {
-        t.change = TensorChange::kBytes;
-        t.note = "bytes differ although the xxh3 hashes agree";
-        return;
-      }
+    if (payloads_differ(*pairs[p].a->ref, *pairs[p].b->ref, uint64_t{1} << 20)) {
+      t.change = TensorChange::kBytes;
+      t.note = "bytes differ although the xxh3 hashes agree";
     }
   });
 }
@@ -272,16 +274,9 @@ void classify_by_bytes(const std::vector<HashPair>& pairs, DiffReport& report) {
   });
   tbb::parallel_for(size_t{0}, order.size(), [&](size_t k) {
     const HashPair& p = pairs[order[k]];
-    const uint64_t size = p.a->ref->data().size();
     // A small first piece: tensors that differ mostly differ at once.
-    constexpr uint64_t kFirst = uint64_t{64} << 10, kChunk = uint64_t{1} << 20;
-    for (uint64_t off = 0, n; off < size; off += n) {
-      n = std::min(off == 0 ? kFirst : kChunk, size - off);
-      if (differ_at(*p.a->ref, *p.b->ref, off, n)) {
-        report.tensors[p.diff].change = TensorChange::kBytes;
-        return;
-      }
-    }
+    if (payloads_differ(*p.a->ref, *p.b->ref, uint64_t{64} << 10))
+      report.tensors[p.diff].change = TensorChange::kBytes;
   });
 }
 
