@@ -522,6 +522,78 @@ TEST(diff, every_sum_kernel_survives_huge_importance_weights) {
   }
 }
 
+// B's q4_K rows are decoded inside the sum kernel (AVX-512) or first (elsewhere): the metrics
+// must be those of decoding first, to the bit, for every shape the values diff hands over
+// (whole slices unweighted, runs of rows weighted, lengths that leave a rest after the kernel's
+// 1024-pair blocks), and for blocks whose scales make values non-finite (the careful path),
+// tiny (the double path) or zero.
+TEST(diff, q4_K_decoded_in_the_sum_kernel_gives_the_same_bits) {
+  const auto bits = [](double v) { return std::bit_cast<uint64_t>(v); };
+  const auto expect_same = [&](const ErrorMetrics& got, const ErrorMetrics& want) {
+    EXPECT_EQ(got.count, want.count);
+    EXPECT_EQ(bits(got.sum_sq_diff), bits(want.sum_sq_diff));
+    EXPECT_EQ(bits(got.sum_sq_base), bits(want.sum_sq_base));
+    EXPECT_EQ(bits(got.sum_sq_x), bits(want.sum_sq_x));
+    EXPECT_EQ(bits(got.sum_dot), bits(want.sum_dot));
+    EXPECT_EQ(bits(got.max_abs), bits(want.max_abs));
+    EXPECT_EQ(got.nan_base, want.nan_base);
+    EXPECT_EQ(got.inf_base, want.inf_base);
+    EXPECT_EQ(got.nan_x, want.nan_x);
+    EXPECT_EQ(got.inf_x, want.inf_x);
+    EXPECT_EQ(got.weighted, want.weighted);
+    EXPECT_EQ(bits(got.sum_w), bits(want.sum_w));
+    EXPECT_EQ(bits(got.sum_w_sq_diff), bits(want.sum_w_sq_diff));
+    EXPECT_EQ(bits(got.sum_w_sq_base), bits(want.sum_w_sq_base));
+  };
+  constexpr size_t kBlockBytes = 144;
+  for (const size_t ne0 : {256u, 512u, 768u, 2048u}) {
+    for (const size_t rows : {1u, 3u, 8u}) {
+      // plain; one block's d = inf, or dmin = NaN; one block's scales subnormal; all zero
+      for (const int kind : {0, 1, 2, 3, 4}) {
+        SCOPED_TRACE(::testing::Message() << ne0 << " x " << rows << " kind " << kind);
+        const size_t n = ne0 * rows;
+        auto base = perturbed(eighths(n, 3), 0.4, 1);
+        const auto want_x = perturbed(base, 0.05, 7);
+        std::vector<uint8_t> q(n / 256 * kBlockBytes);
+        quantize(GgmlType::Q4_K, want_x, static_cast<int64_t>(rows), static_cast<int64_t>(ne0),
+                 {}, q);
+        const auto set_half = [&](size_t at, uint16_t h) { std::memcpy(&q[at], &h, 2); };
+        const size_t blk = (n / 256) / 2 * kBlockBytes;  // a block in the middle
+        if (kind == 1) set_half(blk, 0x7c00);
+        if (kind == 2) set_half(blk + 2, 0x7e00);
+        if (kind == 3) set_half(blk, 0x0001), set_half(blk + 2, 0x0003);
+        if (kind == 4) {  // squares too small for float sums: the double path
+          for (size_t at = 0; at < q.size(); at += kBlockBytes) set_half(at, 0), set_half(at + 2, 0);
+          for (float& v : base) v = 0;
+        }
+        std::vector<float> x(n);
+        dequantize(GgmlType::Q4_K, q, x);
+        std::vector<float> w(ne0);
+        for (size_t c = 0; c < ne0; ++c) w[c] = 0.25f * static_cast<float>(1 + (c * 7) % 11);
+        double w_sum = 0;
+        for (const float v : w) w_sum += v;
+        for (const bool weighted : {false, true}) {
+          SCOPED_TRACE(weighted ? "weighted" : "unweighted");
+          ErrorMetrics want, got;
+          if (weighted) {
+            detail::accumulate_rows(base.data(), x.data(), rows, ne0, w.data(), w_sum, want);
+            detail::accumulate_rows_q4_K(base.data(), q.data(), rows, ne0, w.data(), w_sum, got);
+          } else {
+            detail::accumulate_rows(base.data(), x.data(), 1, n, nullptr, 0, want);
+            detail::accumulate_rows_q4_K(base.data(), q.data(), 1, n, nullptr, 0, got);
+          }
+          if (kind == 1 || kind == 2) {
+            EXPECT_GT(want.nonfinite(), 0u);
+          } else {
+            EXPECT_EQ(want.count, n);
+          }
+          expect_same(got, want);
+        }
+      }
+    }
+  }
+}
+
 // f64, i32 and i64 hold values float cannot: such tensors are measured in double, so values
 // beyond float's range are not infinities and differences below its precision are seen.
 TEST(diff, f64_i32_and_i64_tensors_are_measured_in_double) {

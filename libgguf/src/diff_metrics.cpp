@@ -17,6 +17,7 @@
 #include <thread>
 #include <vector>
 
+#include "codec_kquants_common.h"
 #include "codec_registry.h"
 #include "diff_internal.h"
 #include "gguf/codecs.h"
@@ -110,6 +111,11 @@ void ErrorMetrics::pool(const ErrorMetrics& tensor) {
 
 namespace detail {
 namespace {
+
+// Slice buffers start on a cache line: the decoders store and the sums load whole 64-byte
+// vectors, and with malloc's 16-byte alignment every one of them would straddle two lines
+// (the sums ran at 0.6x of their aligned speed, the decoders' stores suffered the same).
+using Floats = std::vector<float, boost::alignment::aligned_allocator<float, 64>>;
 
 struct Sums {
   double d2 = 0, b2 = 0, x2 = 0, dot = 0, mx = 0, wd2 = 0, wb2 = 0;  // (the weights': SumsFn)
@@ -330,14 +336,32 @@ GGUF_AVX512 inline double total(const __m512d* v) {
   return _mm512_reduce_add_pd(_mm512_add_pd(v[0], v[1]));
 }
 
+// Where the AVX-512 kernel gets x: from floats (the decoded slice), or from q4_K blocks it
+// decodes itself (FusedQ4K below). step(k) comes before the four vectors of each 64-element
+// step k of a run (k from its start), load(k, u) gives x[k + 16u, k + 16u + 16), and floats(i,
+// n, scratch) gives x[i, n) as floats for the double-summed rest (less than a block).
+struct FloatX {
+  const float* x;
+  GGUF_AVX512 void step(size_t) const {}
+  GGUF_AVX512 __m512 load(size_t k, size_t u) const {
+    __m512 v = _mm512_loadu_ps(x + k + u * 16);
+    // Loaded once: left to itself, GCC 12 loads each vector twice (into a register, and again
+    // as the memory operand of the subtraction), and the loads then bound the loop (25
+    // against 20 G pairs/s on a Zen 5).
+    asm("" : "+v"(v));
+    return v;
+  }
+  const float* floats(size_t i, size_t, float*) const { return x + i; }
+};
+
 // Without weights: three sums, an FMA each. With weights (starting again every ne0 elements, a
 // multiple of the 64 elements of a step unless n == ne0, so a step never straddles two rows),
 // whole runs of rows at once: no horizontal sums and checks per row, and no sum of the weights,
 // which the caller has. The squares are then formed once and added both plainly and weighted,
 // which moves two of the products onto the adders: 9 vector operations per 16 pairs instead of
 // the 10 of weighting each product, 5 of them products instead of 8.
-template <bool kWeighted>
-GGUF_AVX512 Sums avx512_sums(const float* base, const float* x, size_t n, size_t ne0,
+template <bool kWeighted, typename X>
+GGUF_AVX512 Sums avx512_sums(const float* base, const X& xs, size_t n, size_t ne0,
                              const float* w) {
   constexpr size_t kVec = 16, kUnroll = 4, kStep = kVec * kUnroll, kBlock = kStep * 16;
   constexpr size_t kSums = kWeighted ? 5 : 3;
@@ -352,12 +376,15 @@ GGUF_AVX512 Sums avx512_sums(const float* base, const float* x, size_t n, size_t
     for (auto& sum : f)
       for (auto& v : sum) v = _mm512_setzero_ps();
     for (size_t k = i; k < i + kBlock; k += kStep) {
+      xs.step(k);
       for (size_t u = 0; u < kUnroll; ++u) {
-        const __m512 a = _mm512_loadu_ps(base + k + u * kVec);
-        const __m512 b = _mm512_loadu_ps(x + k + u * kVec);
+        __m512 a = _mm512_loadu_ps(base + k + u * kVec);
+        asm("" : "+v"(a));  // (see FloatX::load)
+        const __m512 b = xs.load(k, u);
         const __m512 d = _mm512_sub_ps(b, a);
         if constexpr (kWeighted) {
-          const __m512 wt = _mm512_loadu_ps(w + wi + u * kVec);
+          __m512 wt = _mm512_loadu_ps(w + wi + u * kVec);
+          asm("" : "+v"(wt));
           const __m512 dd = _mm512_mul_ps(d, d), aa = _mm512_mul_ps(a, a);
           f[0][u] = _mm512_add_ps(f[0][u], dd);
           f[1][u] = _mm512_add_ps(f[1][u], aa);
@@ -389,6 +416,8 @@ GGUF_AVX512 Sums avx512_sums(const float* base, const float* x, size_t n, size_t
       _mm512_reduce_max_ps(_mm512_max_ps(_mm512_max_ps(mx[0], mx[1]), _mm512_max_ps(mx[2], mx[3])));
   // The rest (less than a block) in double, a piece of a row at a time.
   if constexpr (!kWeighted) wi = i;
+  alignas(64) float scratch[kBlock];
+  const float* x = i < n ? xs.floats(i, n, scratch) - i : nullptr;
   while (i < n) {
     const size_t len = std::min(n - i, ne0 - wi);
     add_sums(s, double_sums<kWeighted, 1>(base + i, x + i, len, kWeighted ? w + wi : nullptr));
@@ -402,12 +431,68 @@ GGUF_AVX512 Sums avx512_sums(const float* base, const float* x, size_t n, size_t
 GGUF_AVX512 Sums sums_avx512(const float* base, const float* x, size_t rows, size_t ne0,
                              const float* w) {
   const size_t n = rows * ne0;
-  if (!w) return avx512_sums<false>(base, x, n, n, nullptr);
-  if (rows == 1 || ne0 % 64 == 0) return avx512_sums<true>(base, x, n, ne0, w);
+  if (!w) return avx512_sums<false>(base, FloatX{x}, n, n, nullptr);
+  if (rows == 1 || ne0 % 64 == 0) return avx512_sums<true>(base, FloatX{x}, n, ne0, w);
   Sums s;
   for (size_t r = 0; r < rows; ++r)
-    add_sums(s, avx512_sums<true>(base + r * ne0, x + r * ne0, ne0, ne0, w));
+    add_sums(s, avx512_sums<true>(base + r * ne0, FloatX{x + r * ne0}, ne0, ne0, w));
   return s;
+}
+
+// x as q4_K super-blocks, decoded in registers as the kernel goes: the same multiply and
+// subtract per element as decode_q4_K (whether contracted or not: d has 11 significant bits, sc
+// 6 and q 4, so d * sc * q is exact in float), so the sums are bit for bit those of decoding
+// first, without storing and loading the floats of x and without a second decoder call per
+// slice. Each 64-element step k is one of the four
+// 32-byte quarters of a block's quants: low nibbles for group 2p, high nibbles for 2p + 1.
+struct FusedQ4K {
+  static constexpr size_t kBlockBytes = sizeof(kq::BlockQ4_K);
+  const uint8_t* src;
+  // The current block's eight group scales d * sc and mins dmin * m (read as broadcasts),
+  // the current quarter's quants and p.
+  mutable float scale[8], min[8];
+  mutable __m256i qs;
+  mutable int p;
+
+  GGUF_AVX512 void step(size_t k) const {
+    const uint8_t* b = src + k / kq::kQK * kBlockBytes;
+    p = static_cast<int>(k % kq::kQK / 64);
+    if (p == 0) {
+      uint16_t dh, mh;
+      std::memcpy(&dh, b + offsetof(kq::BlockQ4_K, d), 2);
+      std::memcpy(&mh, b + offsetof(kq::BlockQ4_K, dmin), 2);
+      const float d = fp16_to_fp32(dh), dmin = fp16_to_fp32(mh);
+      for (int j = 0; j < 8; ++j) {
+        uint8_t sc, m;
+        kq::unpack_scale_min(j, b + offsetof(kq::BlockQ4_K, scales), sc, m);
+        scale[j] = d * static_cast<float>(sc);
+        min[j] = dmin * static_cast<float>(m);
+      }
+    }
+    qs = _mm256_loadu_si256(
+        reinterpret_cast<const __m256i*>(b + offsetof(kq::BlockQ4_K, qs) + 32 * p));
+  }
+  GGUF_AVX512 __m512 load(size_t, size_t u) const {
+    const __m128i bytes = u % 2 ? _mm256_extracti128_si256(qs, 1) : _mm256_castsi256_si128(qs);
+    const __m512i wide = _mm512_cvtepu8_epi32(bytes);
+    const __m512i q = u < 2 ? _mm512_and_si512(wide, _mm512_set1_epi32(0xF))
+                            : _mm512_srli_epi32(wide, 4);
+    const int g = 2 * p + (u < 2 ? 0 : 1);
+    const __m512 scaled = _mm512_mul_ps(_mm512_set1_ps(scale[g]), _mm512_cvtepi32_ps(q));
+    return _mm512_sub_ps(scaled, _mm512_set1_ps(min[g]));
+  }
+  const float* floats(size_t i, size_t n, float* scratch) const {
+    decoder(GgmlType::Q4_K)(src + i / kq::kQK * kBlockBytes, scratch, static_cast<int64_t>(n - i));
+    return scratch;
+  }
+};
+
+// rows x ne0 pairs (ne0 a multiple of q4_K's 256) with x as q4_K blocks.
+GGUF_AVX512 Sums sums_avx512_q4_K(const float* base, const uint8_t* x, size_t rows, size_t ne0,
+                                  const float* w) {
+  const size_t n = rows * ne0;
+  const FusedQ4K xs{x, {}, {}, {}, 0};
+  return w ? avx512_sums<true>(base, xs, n, ne0, w) : avx512_sums<false>(base, xs, n, n, nullptr);
 }
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic pop
@@ -498,22 +583,28 @@ void accumulate_rows(const float* base, const float* x, size_t rows, size_t ne0,
   accumulate_rows_with(kernels().size() - 1, base, x, rows, ne0, w, w_sum, m);
 }
 
-void accumulate_rows_with(size_t kernel, const float* base, const float* x, size_t rows, size_t ne0,
-                          const float* w, double w_sum, ErrorMetrics& m) {
+namespace {
+
+// What follows a kernel's sums s of rows x ne0 pairs: chunks whose sums are not finite go to the
+// careful path, chunks float cannot sum well enough (fast: s is a float kernel's) to double,
+// and the dot product is summed directly where deriving it would cancel. x() gives the floats
+// of x for those paths.
+template <typename GetX>
+void add_rows(Sums s, bool fast, const float* base, GetX x, size_t rows, size_t ne0,
+              const float* w, double w_sum, ErrorMetrics& m) {
   const size_t n = rows * ne0;
   if (w) m.weighted = true;
-  Sums s = kernels().at(kernel)(base, x, rows, ne0, w);
   // Squares of non-finite inputs are non-finite (so are float squares and differences that
   // overflow, and weighted squares whose weights are huge: 1e37 x 16 terms of 1), so these sums
   // tell whether the chunk needs the careful path.
   if (!std::isfinite(s.b2 + s.x2 + s.d2 + s.wd2 + s.wb2)) {
-    accumulate_checked(base, x, n, w, ne0, m);
+    accumulate_checked(base, x(), n, w, ne0, m);
     return;
   }
-  if (kernel != 0 && !float_sums_are_exact_enough(s, n, w != nullptr))
-    s = sums_double(base, x, rows, ne0, w);
-  else if (kernel != 0 && s.b2 + s.x2 + s.d2 > kDotCancellation * std::sqrt(s.b2 * s.x2))
-    s.dot = dot_double(base, x, n);
+  if (fast && !float_sums_are_exact_enough(s, n, w != nullptr))
+    s = sums_double(base, x(), rows, ne0, w);
+  else if (fast && s.b2 + s.x2 + s.d2 > kDotCancellation * std::sqrt(s.b2 * s.x2))
+    s.dot = dot_double(base, x(), n);
   m.count += n;
   m.sum_sq_diff += s.d2;
   m.sum_sq_base += s.b2;
@@ -523,6 +614,34 @@ void accumulate_rows_with(size_t kernel, const float* base, const float* x, size
   if (w) m.sum_w += static_cast<double>(rows) * w_sum;
   m.sum_w_sq_diff += s.wd2;
   m.sum_w_sq_base += s.wb2;
+}
+
+}  // namespace
+
+void accumulate_rows_with(size_t kernel, const float* base, const float* x, size_t rows, size_t ne0,
+                          const float* w, double w_sum, ErrorMetrics& m) {
+  add_rows(kernels().at(kernel)(base, x, rows, ne0, w), kernel != 0, base, [x] { return x; },
+           rows, ne0, w, w_sum, m);
+}
+
+bool fused_q4_K() { return kernels().back() == sums_avx512; }
+
+void accumulate_rows_q4_K(const float* base, const uint8_t* x, size_t rows, size_t ne0,
+                          const float* w, double w_sum, ErrorMetrics& m) {
+  const size_t n = rows * ne0;
+  const auto floats = [&] {
+    thread_local Floats decoded;
+    decoded.resize(n);
+    decoder(GgmlType::Q4_K)(x, decoded.data(), static_cast<int64_t>(n));
+    return decoded.data();
+  };
+  if (!fused_q4_K()) {
+    const float* f = floats();
+    add_rows(kernels().back()(base, f, rows, ne0, w), kernels().size() > 1, base,
+             [f] { return f; }, rows, ne0, w, w_sum, m);
+    return;
+  }
+  add_rows(sums_avx512_q4_K(base, x, rows, ne0, w), true, base, floats, rows, ne0, w, w_sum, m);
 }
 
 namespace {
@@ -552,11 +671,6 @@ Geometry geometry(const TensorInfo& t) {
   g.nrows = g.ne0 ? t.n_elements / g.ne0 : 0;
   return g;
 }
-
-// Slice buffers start on a cache line: the decoders store and the sums load whole 64-byte
-// vectors, and with malloc's 16-byte alignment every one of them would straddle two lines
-// (the sums ran at 0.6x of their aligned speed, the decoders' stores suffered the same).
-using Floats = std::vector<float, boost::alignment::aligned_allocator<float, 64>>;
 
 struct Buffers {
   Floats a, b, ref;
@@ -676,6 +790,20 @@ void accumulate_rows(const Floats& base, const Floats& x, const ValueJob& job,
   weight_runs(job, g, row0, rows, [&](uint64_t r, uint64_t n, uint64_t slice) {
     detail::accumulate_rows(base.data() + r * g.ne0, x.data() + r * g.ne0, n, g.ne0,
                             job.weights.data() + slice * g.ne0, w_sums[slice], m);
+  });
+}
+
+// The same with x as B's q4_K rows (x_row_bytes apart), decoded inside the sum kernel.
+void accumulate_rows_q4_K(const Floats& base, const uint8_t* x, uint64_t x_row_bytes,
+                          const ValueJob& job, const std::vector<double>& w_sums,
+                          const Geometry& g, uint64_t row0, uint64_t rows, ErrorMetrics& m) {
+  if (job.weights.empty()) {
+    detail::accumulate_rows_q4_K(base.data(), x, 1, base.size(), nullptr, 0, m);
+    return;
+  }
+  weight_runs(job, g, row0, rows, [&](uint64_t r, uint64_t n, uint64_t slice) {
+    detail::accumulate_rows_q4_K(base.data() + r * g.ne0, x + r * x_row_bytes, n, g.ne0,
+                                 job.weights.data() + slice * g.ne0, w_sums[slice], m);
   });
 }
 
@@ -817,6 +945,9 @@ std::vector<ValueResult> measure_values(const std::vector<ValueJob>& jobs, unsig
       };
       const uint64_t per = std::max<uint64_t>(1, kSliceElements / std::max<uint64_t>(1, g.ne0));
       const bool wide = wide_values(src[it.job]);
+      // B's q4_K is decoded by the sum kernel itself where it can (see FusedQ4K).
+      const bool fuse_b = !wide && job.measure_ab && !job.ref &&
+                          src[it.job][1].type == GgmlType::Q4_K && fused_q4_K();
       for (uint64_t r = it.row0; r < it.row0 + it.rows; r += per) {
         const uint64_t n = std::min(per, it.row0 + it.rows - r);
         const auto& s = src[it.job];
@@ -832,6 +963,11 @@ std::vector<ValueResult> measure_values(const std::vector<ValueJob>& jobs, unsig
           continue;
         }
         decode_at(s[0], at(0, r), n * g.ne0, buf.a);
+        if (fuse_b) {
+          accumulate_rows_q4_K(buf.a, at(1, r), s[1].row_bytes, job, w_sums[it.job], g, r, n,
+                               sums[0]);
+          continue;
+        }
         decode_at(s[1], at(1, r), n * g.ne0, buf.b);
         if (job.measure_ab) accumulate_rows(buf.a, buf.b, job, w_sums[it.job], g, r, n, sums[0]);
         if (job.ref) {
