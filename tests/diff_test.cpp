@@ -555,15 +555,16 @@ TEST(diff, q4_K_decoded_in_the_sum_kernel_gives_the_same_bits) {
         auto base = perturbed(eighths(n, 3), 0.4, 1);
         const auto want_x = perturbed(base, 0.05, 7);
         std::vector<uint8_t> q(n / 256 * kBlockBytes);
-        quantize(GgmlType::Q4_K, want_x, static_cast<int64_t>(rows), static_cast<int64_t>(ne0),
-                 {}, q);
+        quantize(GgmlType::Q4_K, want_x, static_cast<int64_t>(rows), static_cast<int64_t>(ne0), {},
+                 q);
         const auto set_half = [&](size_t at, uint16_t h) { std::memcpy(&q[at], &h, 2); };
         const size_t blk = (n / 256) / 2 * kBlockBytes;  // a block in the middle
         if (kind == 1) set_half(blk, 0x7c00);
         if (kind == 2) set_half(blk + 2, 0x7e00);
         if (kind == 3) set_half(blk, 0x0001), set_half(blk + 2, 0x0003);
         if (kind == 4) {  // squares too small for float sums: the double path
-          for (size_t at = 0; at < q.size(); at += kBlockBytes) set_half(at, 0), set_half(at + 2, 0);
+          for (size_t at = 0; at < q.size(); at += kBlockBytes)
+            set_half(at, 0), set_half(at + 2, 0);
           for (float& v : base) v = 0;
         }
         std::vector<float> x(n);

@@ -361,8 +361,7 @@ struct FloatX {
 // which moves two of the products onto the adders: 9 vector operations per 16 pairs instead of
 // the 10 of weighting each product, 5 of them products instead of 8.
 template <bool kWeighted, typename X>
-GGUF_AVX512 Sums avx512_sums(const float* base, const X& xs, size_t n, size_t ne0,
-                             const float* w) {
+GGUF_AVX512 Sums avx512_sums(const float* base, const X& xs, size_t n, size_t ne0, const float* w) {
   constexpr size_t kVec = 16, kUnroll = 4, kStep = kVec * kUnroll, kBlock = kStep * 16;
   constexpr size_t kSums = kWeighted ? 5 : 3;
   // |b-a|^2, |a|^2, |b|^2 (then w|b-a|^2, w|a|^2), each widened in two halves
@@ -475,8 +474,8 @@ struct FusedQ4K {
   GGUF_AVX512 __m512 load(size_t, size_t u) const {
     const __m128i bytes = u % 2 ? _mm256_extracti128_si256(qs, 1) : _mm256_castsi256_si128(qs);
     const __m512i wide = _mm512_cvtepu8_epi32(bytes);
-    const __m512i q = u < 2 ? _mm512_and_si512(wide, _mm512_set1_epi32(0xF))
-                            : _mm512_srli_epi32(wide, 4);
+    const __m512i q =
+        u < 2 ? _mm512_and_si512(wide, _mm512_set1_epi32(0xF)) : _mm512_srli_epi32(wide, 4);
     const int g = 2 * p + (u < 2 ? 0 : 1);
     const __m512 scaled = _mm512_mul_ps(_mm512_set1_ps(scale[g]), _mm512_cvtepi32_ps(q));
     return _mm512_sub_ps(scaled, _mm512_set1_ps(min[g]));
@@ -590,8 +589,8 @@ namespace {
 // and the dot product is summed directly where deriving it would cancel. x() gives the floats
 // of x for those paths.
 template <typename GetX>
-void add_rows(Sums s, bool fast, const float* base, GetX x, size_t rows, size_t ne0,
-              const float* w, double w_sum, ErrorMetrics& m) {
+void add_rows(Sums s, bool fast, const float* base, GetX x, size_t rows, size_t ne0, const float* w,
+              double w_sum, ErrorMetrics& m) {
   const size_t n = rows * ne0;
   if (w) m.weighted = true;
   // Squares of non-finite inputs are non-finite (so are float squares and differences that
@@ -620,8 +619,9 @@ void add_rows(Sums s, bool fast, const float* base, GetX x, size_t rows, size_t 
 
 void accumulate_rows_with(size_t kernel, const float* base, const float* x, size_t rows, size_t ne0,
                           const float* w, double w_sum, ErrorMetrics& m) {
-  add_rows(kernels().at(kernel)(base, x, rows, ne0, w), kernel != 0, base, [x] { return x; },
-           rows, ne0, w, w_sum, m);
+  add_rows(
+      kernels().at(kernel)(base, x, rows, ne0, w), kernel != 0, base, [x] { return x; }, rows, ne0,
+      w, w_sum, m);
 }
 
 bool fused_q4_K() { return kernels().back() == sums_avx512; }
@@ -637,8 +637,9 @@ void accumulate_rows_q4_K(const float* base, const uint8_t* x, size_t rows, size
   };
   if (!fused_q4_K()) {
     const float* f = floats();
-    add_rows(kernels().back()(base, f, rows, ne0, w), kernels().size() > 1, base,
-             [f] { return f; }, rows, ne0, w, w_sum, m);
+    add_rows(
+        kernels().back()(base, f, rows, ne0, w), kernels().size() > 1, base, [f] { return f; },
+        rows, ne0, w, w_sum, m);
     return;
   }
   add_rows(sums_avx512_q4_K(base, x, rows, ne0, w), true, base, floats, rows, ne0, w, w_sum, m);
@@ -795,8 +796,8 @@ void accumulate_rows(const Floats& base, const Floats& x, const ValueJob& job,
 
 // The same with x as B's q4_K rows (x_row_bytes apart), decoded inside the sum kernel.
 void accumulate_rows_q4_K(const Floats& base, const uint8_t* x, uint64_t x_row_bytes,
-                          const ValueJob& job, const std::vector<double>& w_sums,
-                          const Geometry& g, uint64_t row0, uint64_t rows, ErrorMetrics& m) {
+                          const ValueJob& job, const std::vector<double>& w_sums, const Geometry& g,
+                          uint64_t row0, uint64_t rows, ErrorMetrics& m) {
   if (job.weights.empty()) {
     detail::accumulate_rows_q4_K(base.data(), x, 1, base.size(), nullptr, 0, m);
     return;
