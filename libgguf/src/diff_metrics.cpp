@@ -438,24 +438,27 @@ GGUF_AVX512 Sums sums_avx512(const float* base, const float* x, size_t rows, siz
   return s;
 }
 
-// x as q4_K super-blocks, decoded in registers as the kernel goes: the same multiply and
-// subtract per element as decode_q4_K (whether contracted or not: d has 11 significant bits, sc
-// 6 and q 4, so d * sc * q is exact in float), so the sums are bit for bit those of decoding
-// first, without storing and loading the floats of x and without a second decoder call per
-// slice. Each 64-element step k is one of the four
-// 32-byte quarters of a block's quants: low nibbles for group 2p, high nibbles for 2p + 1.
+// x as q4_K super-blocks, decoded in registers as the kernel goes: per 64-element step (one
+// of the four 32-byte quarters of a block's quants: low nibbles for group 2p, high nibbles for
+// 2p + 1), the 16 values each group's codes stand for are computed with the same multiply and
+// subtract as decode_q4_K's (contracted or not: d has 11 significant bits, sc 6 and q 4, so
+// d * sc * q is exact in float), and each vector of x is a permute of them. The sums are thus
+// bit for bit those of decoding first, without storing and loading the floats of x, without a
+// second decoder call per slice, and with a permute in place of a conversion, a multiply and
+// a subtract per vector.
 struct FusedQ4K {
   static constexpr size_t kBlockBytes = sizeof(kq::BlockQ4_K);
   const uint8_t* src;
-  // The current block's eight group scales d * sc and mins dmin * m (read as broadcasts),
-  // the current quarter's quants and p.
+  // The current block's eight group scales d * sc and mins dmin * m, and the current
+  // quarter's quants and its two groups' values of every code (lo[q] = d1 * q - m1 for the low
+  // nibbles, hi for the high ones): each vector of x is then one permute of a table.
   mutable float scale[8], min[8];
   mutable __m256i qs;
-  mutable int p;
+  mutable __m512 lo, hi;
 
   GGUF_AVX512 void step(size_t k) const {
     const uint8_t* b = src + k / kq::kQK * kBlockBytes;
-    p = static_cast<int>(k % kq::kQK / 64);
+    const int p = static_cast<int>(k % kq::kQK / 64);
     if (p == 0) {
       uint16_t dh, mh;
       std::memcpy(&dh, b + offsetof(kq::BlockQ4_K, d), 2);
@@ -468,17 +471,20 @@ struct FusedQ4K {
         min[j] = dmin * static_cast<float>(m);
       }
     }
+    const __m512 codes = _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    lo = _mm512_sub_ps(_mm512_mul_ps(_mm512_set1_ps(scale[2 * p]), codes),
+                       _mm512_set1_ps(min[2 * p]));
+    hi = _mm512_sub_ps(_mm512_mul_ps(_mm512_set1_ps(scale[2 * p + 1]), codes),
+                       _mm512_set1_ps(min[2 * p + 1]));
     qs = _mm256_loadu_si256(
         reinterpret_cast<const __m256i*>(b + offsetof(kq::BlockQ4_K, qs) + 32 * p));
   }
   GGUF_AVX512 __m512 load(size_t, size_t u) const {
     const __m128i bytes = u % 2 ? _mm256_extracti128_si256(qs, 1) : _mm256_castsi256_si128(qs);
     const __m512i wide = _mm512_cvtepu8_epi32(bytes);
-    const __m512i q =
-        u < 2 ? _mm512_and_si512(wide, _mm512_set1_epi32(0xF)) : _mm512_srli_epi32(wide, 4);
-    const int g = 2 * p + (u < 2 ? 0 : 1);
-    const __m512 scaled = _mm512_mul_ps(_mm512_set1_ps(scale[g]), _mm512_cvtepi32_ps(q));
-    return _mm512_sub_ps(scaled, _mm512_set1_ps(min[g]));
+    // The permute reads the low 4 bits of each lane: the low nibble as it is.
+    return u < 2 ? _mm512_permutexvar_ps(wide, lo)
+                 : _mm512_permutexvar_ps(_mm512_srli_epi32(wide, 4), hi);
   }
   const float* floats(size_t i, size_t n, float* scratch) const {
     decoder(GgmlType::Q4_K)(src + i / kq::kQK * kBlockBytes, scratch, static_cast<int64_t>(n - i));
@@ -490,7 +496,7 @@ struct FusedQ4K {
 GGUF_AVX512 Sums sums_avx512_q4_K(const float* base, const uint8_t* x, size_t rows, size_t ne0,
                                   const float* w) {
   const size_t n = rows * ne0;
-  const FusedQ4K xs{x, {}, {}, {}, 0};
+  const FusedQ4K xs{x, {}, {}, {}, {}, {}};
   return w ? avx512_sums<true>(base, xs, n, ne0, w) : avx512_sums<false>(base, xs, n, n, nullptr);
 }
 #if defined(__GNUC__) && !defined(__clang__)
