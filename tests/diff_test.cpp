@@ -522,8 +522,9 @@ TEST(diff, every_sum_kernel_survives_huge_importance_weights) {
   }
 }
 
-// B's q4_K rows are decoded inside the sum kernel (AVX-512) or first (elsewhere): the metrics
-// must be those of decoding first, to the bit, for every shape the values diff hands over
+// q4_K rows are decoded inside the sum kernel (AVX-512) or first (elsewhere), on either side or
+// both: the metrics must be those of decoding first, to the bit, for every shape the values
+// diff hands over
 // (whole slices unweighted, runs of rows weighted, lengths that leave a rest after the kernel's
 // 1024-pair blocks), and for blocks whose scales make values non-finite (the careful path),
 // tiny (the double path) or zero.
@@ -552,43 +553,55 @@ TEST(diff, q4_K_decoded_in_the_sum_kernel_gives_the_same_bits) {
       for (const int kind : {0, 1, 2, 3, 4}) {
         SCOPED_TRACE(::testing::Message() << ne0 << " x " << rows << " kind " << kind);
         const size_t n = ne0 * rows;
-        auto base = perturbed(eighths(n, 3), 0.4, 1);
-        const auto want_x = perturbed(base, 0.05, 7);
-        std::vector<uint8_t> q(n / 256 * kBlockBytes);
-        quantize(GgmlType::Q4_K, want_x, static_cast<int64_t>(rows), static_cast<int64_t>(ne0), {},
-                 q);
-        const auto set_half = [&](size_t at, uint16_t h) { std::memcpy(&q[at], &h, 2); };
-        const size_t blk = (n / 256) / 2 * kBlockBytes;  // a block in the middle
-        if (kind == 1) set_half(blk, 0x7c00);
-        if (kind == 2) set_half(blk + 2, 0x7e00);
-        if (kind == 3) set_half(blk, 0x0001), set_half(blk + 2, 0x0003);
-        if (kind == 4) {  // squares too small for float sums: the double path
-          for (size_t at = 0; at < q.size(); at += kBlockBytes)
-            set_half(at, 0), set_half(at + 2, 0);
-          for (float& v : base) v = 0;
-        }
-        std::vector<float> x(n);
-        dequantize(GgmlType::Q4_K, q, x);
+        // Each side as floats and as q4_K blocks (the floats of the blocks: decoded first).
+        const auto encode = [&](std::vector<float> values, size_t blk) {
+          std::vector<uint8_t> q(n / 256 * kBlockBytes);
+          quantize(GgmlType::Q4_K, values, static_cast<int64_t>(rows), static_cast<int64_t>(ne0),
+                   {}, q);
+          const auto set_half = [&](size_t at, uint16_t h) { std::memcpy(&q[at], &h, 2); };
+          blk *= kBlockBytes;
+          if (kind == 1) set_half(blk, 0x7c00);
+          if (kind == 2) set_half(blk + 2, 0x7e00);
+          if (kind == 3) set_half(blk, 0x0001), set_half(blk + 2, 0x0003);
+          if (kind == 4)  // squares too small for float sums: the double path
+            for (size_t at = 0; at < q.size(); at += kBlockBytes)
+              set_half(at, 0), set_half(at + 2, 0);
+          std::vector<float> decoded(n);
+          dequantize(GgmlType::Q4_K, q, decoded);
+          return std::pair{std::move(q), std::move(decoded)};
+        };
+        const auto base_values = perturbed(eighths(n, 3), 0.4, 1);
+        const auto [qb, base] = encode(base_values, 0);                         // the first block
+        const auto [qx, x] = encode(perturbed(base_values, 0.05, 7), n / 512);  // one in the middle
         std::vector<float> w(ne0);
         for (size_t c = 0; c < ne0; ++c) w[c] = 0.25f * static_cast<float>(1 + (c * 7) % 11);
         double w_sum = 0;
         for (const float v : w) w_sum += v;
         for (const bool weighted : {false, true}) {
-          SCOPED_TRACE(weighted ? "weighted" : "unweighted");
-          ErrorMetrics want, got;
-          if (weighted) {
+          ErrorMetrics want;
+          if (weighted)
             detail::accumulate_rows(base.data(), x.data(), rows, ne0, w.data(), w_sum, want);
-            detail::accumulate_rows_q4_K(base.data(), q.data(), rows, ne0, w.data(), w_sum, got);
-          } else {
+          else
             detail::accumulate_rows(base.data(), x.data(), 1, n, nullptr, 0, want);
-            detail::accumulate_rows_q4_K(base.data(), q.data(), 1, n, nullptr, 0, got);
-          }
           if (kind == 1 || kind == 2) {
             EXPECT_GT(want.nonfinite(), 0u);
           } else {
             EXPECT_EQ(want.count, n);
           }
-          expect_same(got, want);
+          for (const int blocks : {1, 2, 3}) {  // which sides are given as blocks
+            SCOPED_TRACE(::testing::Message()
+                         << (weighted ? "weighted" : "unweighted") << ", blocks " << blocks);
+            const detail::SumSide sb = blocks & 1 ? detail::SumSide{nullptr, qb.data()}
+                                                  : detail::SumSide{base.data(), nullptr};
+            const detail::SumSide sx = blocks & 2 ? detail::SumSide{nullptr, qx.data()}
+                                                  : detail::SumSide{x.data(), nullptr};
+            ErrorMetrics got;
+            if (weighted)
+              detail::accumulate_rows(sb, sx, rows, ne0, w.data(), w_sum, got);
+            else
+              detail::accumulate_rows(sb, sx, 1, n, nullptr, 0, got);
+            expect_same(got, want);
+          }
         }
       }
     }

@@ -48,11 +48,15 @@ void accumulate_rows(const float* base, const float* x, size_t rows, size_t ne0,
                      double w_sum, ErrorMetrics& m);
 void accumulate_rows_with(size_t kernel, const float* base, const float* x, size_t rows, size_t ne0,
                           const float* w, double w_sum, ErrorMetrics& m);
-// accumulate_rows() with x given as q4_K blocks (ne0 a multiple of 256): the same sums, bit for
-// bit, as decoding x first. Where fused_q4_K() (AVX-512), the sum kernel decodes x in its
-// registers, without storing and loading its floats.
+// accumulate_rows() with either side or both given as q4_K blocks (ne0 a multiple of 256):
+// the same sums, bit for bit, as decoding them first. Where fused_q4_K() (AVX-512), the sum
+// kernel decodes them in its registers, without storing and loading their floats.
+struct SumSide {
+  const float* floats = nullptr;  // the side's values, or
+  const uint8_t* q4_K = nullptr;  // its q4_K blocks
+};
 bool fused_q4_K();
-void accumulate_rows_q4_K(const float* base, const uint8_t* x, size_t rows, size_t ne0,
-                          const float* w, double w_sum, ErrorMetrics& m);
+void accumulate_rows(SumSide base, SumSide x, size_t rows, size_t ne0, const float* w, double w_sum,
+                     ErrorMetrics& m);
 
 }  // namespace gguf::detail

@@ -336,10 +336,11 @@ GGUF_AVX512 inline double total(const __m512d* v) {
   return _mm512_reduce_add_pd(_mm512_add_pd(v[0], v[1]));
 }
 
-// Where the AVX-512 kernel gets x: from floats (the decoded slice), or from q4_K blocks it
-// decodes itself (FusedQ4K below). step(k) comes before the four vectors of each 64-element
-// step k of a run (k from its start), load(k, u) gives x[k + 16u, k + 16u + 16), and floats(i,
-// n, scratch) gives x[i, n) as floats for the double-summed rest (less than a block).
+// Where the AVX-512 kernel gets each side (base and x): from floats (a decoded slice), or from
+// q4_K blocks it decodes itself (FusedQ4K below). step(k) comes before the four vectors of each
+// 64-element step k of a run (k from its start), load(k, u) gives elements [k + 16u, k + 16u +
+// 16), and floats(i, n, scratch) gives [i, n) as floats for the double-summed rest (less than
+// a block).
 struct FloatX {
   const float* x;
   GGUF_AVX512 void step(size_t) const {}
@@ -360,8 +361,8 @@ struct FloatX {
 // which the caller has. The squares are then formed once and added both plainly and weighted,
 // which moves two of the products onto the adders: 9 vector operations per 16 pairs instead of
 // the 10 of weighting each product, 5 of them products instead of 8.
-template <bool kWeighted, typename X>
-GGUF_AVX512 Sums avx512_sums(const float* base, const X& xs, size_t n, size_t ne0, const float* w) {
+template <bool kWeighted, typename A, typename X>
+GGUF_AVX512 Sums avx512_sums(const A& as, const X& xs, size_t n, size_t ne0, const float* w) {
   constexpr size_t kVec = 16, kUnroll = 4, kStep = kVec * kUnroll, kBlock = kStep * 16;
   constexpr size_t kSums = kWeighted ? 5 : 3;
   // |b-a|^2, |a|^2, |b|^2 (then w|b-a|^2, w|a|^2), each widened in two halves
@@ -375,11 +376,10 @@ GGUF_AVX512 Sums avx512_sums(const float* base, const X& xs, size_t n, size_t ne
     for (auto& sum : f)
       for (auto& v : sum) v = _mm512_setzero_ps();
     for (size_t k = i; k < i + kBlock; k += kStep) {
+      as.step(k);
       xs.step(k);
       for (size_t u = 0; u < kUnroll; ++u) {
-        __m512 a = _mm512_loadu_ps(base + k + u * kVec);
-        asm("" : "+v"(a));  // (see FloatX::load)
-        const __m512 b = xs.load(k, u);
+        const __m512 a = as.load(k, u), b = xs.load(k, u);
         const __m512 d = _mm512_sub_ps(b, a);
         if constexpr (kWeighted) {
           __m512 wt = _mm512_loadu_ps(w + wi + u * kVec);
@@ -415,8 +415,9 @@ GGUF_AVX512 Sums avx512_sums(const float* base, const X& xs, size_t n, size_t ne
       _mm512_reduce_max_ps(_mm512_max_ps(_mm512_max_ps(mx[0], mx[1]), _mm512_max_ps(mx[2], mx[3])));
   // The rest (less than a block) in double, a piece of a row at a time.
   if constexpr (!kWeighted) wi = i;
-  alignas(64) float scratch[kBlock];
-  const float* x = i < n ? xs.floats(i, n, scratch) - i : nullptr;
+  alignas(64) float scratch_a[kBlock], scratch_x[kBlock];
+  const float* base = i < n ? as.floats(i, n, scratch_a) - i : nullptr;
+  const float* x = i < n ? xs.floats(i, n, scratch_x) - i : nullptr;
   while (i < n) {
     const size_t len = std::min(n - i, ne0 - wi);
     add_sums(s, double_sums<kWeighted, 1>(base + i, x + i, len, kWeighted ? w + wi : nullptr));
@@ -430,11 +431,11 @@ GGUF_AVX512 Sums avx512_sums(const float* base, const X& xs, size_t n, size_t ne
 GGUF_AVX512 Sums sums_avx512(const float* base, const float* x, size_t rows, size_t ne0,
                              const float* w) {
   const size_t n = rows * ne0;
-  if (!w) return avx512_sums<false>(base, FloatX{x}, n, n, nullptr);
-  if (rows == 1 || ne0 % 64 == 0) return avx512_sums<true>(base, FloatX{x}, n, ne0, w);
+  if (!w) return avx512_sums<false>(FloatX{base}, FloatX{x}, n, n, nullptr);
+  if (rows == 1 || ne0 % 64 == 0) return avx512_sums<true>(FloatX{base}, FloatX{x}, n, ne0, w);
   Sums s;
   for (size_t r = 0; r < rows; ++r)
-    add_sums(s, avx512_sums<true>(base + r * ne0, FloatX{x + r * ne0}, ne0, ne0, w));
+    add_sums(s, avx512_sums<true>(FloatX{base + r * ne0}, FloatX{x + r * ne0}, ne0, ne0, w));
   return s;
 }
 
@@ -448,13 +449,13 @@ GGUF_AVX512 Sums sums_avx512(const float* base, const float* x, size_t rows, siz
 // a subtract per vector.
 struct FusedQ4K {
   static constexpr size_t kBlockBytes = sizeof(kq::BlockQ4_K);
-  const uint8_t* src;
+  const uint8_t* src = nullptr;
   // The current block's eight group scales d * sc and mins dmin * m, and the current
   // quarter's quants and its two groups' values of every code (lo[q] = d1 * q - m1 for the low
   // nibbles, hi for the high ones): each vector of x is then one permute of a table.
-  mutable float scale[8], min[8];
-  mutable __m256i qs;
-  mutable __m512 lo, hi;
+  mutable float scale[8] = {}, min[8] = {};
+  mutable __m256i qs = {};
+  mutable __m512 lo = {}, hi = {};
 
   GGUF_AVX512 void step(size_t k) const {
     const uint8_t* b = src + k / kq::kQK * kBlockBytes;
@@ -492,12 +493,18 @@ struct FusedQ4K {
   }
 };
 
-// rows x ne0 pairs (ne0 a multiple of q4_K's 256) with x as q4_K blocks.
-GGUF_AVX512 Sums sums_avx512_q4_K(const float* base, const uint8_t* x, size_t rows, size_t ne0,
-                                  const float* w) {
+// rows x ne0 pairs (ne0 a multiple of q4_K's 256) with either side or both as q4_K blocks.
+template <typename A, typename X>
+GGUF_AVX512 Sums fused_sums(const A& as, const X& xs, size_t rows, size_t ne0, const float* w) {
   const size_t n = rows * ne0;
-  const FusedQ4K xs{x, {}, {}, {}, {}, {}};
-  return w ? avx512_sums<true>(base, xs, n, ne0, w) : avx512_sums<false>(base, xs, n, n, nullptr);
+  return w ? avx512_sums<true>(as, xs, n, ne0, w) : avx512_sums<false>(as, xs, n, n, nullptr);
+}
+
+GGUF_AVX512 Sums sums_avx512_sides(SumSide a, SumSide x, size_t rows, size_t ne0, const float* w) {
+  if (a.q4_K && x.q4_K) return fused_sums(FusedQ4K{a.q4_K}, FusedQ4K{x.q4_K}, rows, ne0, w);
+  if (a.q4_K) return fused_sums(FusedQ4K{a.q4_K}, FloatX{x.floats}, rows, ne0, w);
+  if (x.q4_K) return fused_sums(FloatX{a.floats}, FusedQ4K{x.q4_K}, rows, ne0, w);
+  return sums_avx512(a.floats, x.floats, rows, ne0, w);
 }
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic pop
@@ -592,10 +599,10 @@ namespace {
 
 // What follows a kernel's sums s of rows x ne0 pairs: chunks whose sums are not finite go to the
 // careful path, chunks float cannot sum well enough (fast: s is a float kernel's) to double,
-// and the dot product is summed directly where deriving it would cancel. x() gives the floats
-// of x for those paths.
-template <typename GetX>
-void add_rows(Sums s, bool fast, const float* base, GetX x, size_t rows, size_t ne0, const float* w,
+// and the dot product is summed directly where deriving it would cancel. base() and x() give
+// the floats of each side for those paths.
+template <typename GetBase, typename GetX>
+void add_rows(Sums s, bool fast, GetBase base, GetX x, size_t rows, size_t ne0, const float* w,
               double w_sum, ErrorMetrics& m) {
   const size_t n = rows * ne0;
   if (w) m.weighted = true;
@@ -603,13 +610,13 @@ void add_rows(Sums s, bool fast, const float* base, GetX x, size_t rows, size_t 
   // overflow, and weighted squares whose weights are huge: 1e37 x 16 terms of 1), so these sums
   // tell whether the chunk needs the careful path.
   if (!std::isfinite(s.b2 + s.x2 + s.d2 + s.wd2 + s.wb2)) {
-    accumulate_checked(base, x(), n, w, ne0, m);
+    accumulate_checked(base(), x(), n, w, ne0, m);
     return;
   }
   if (fast && !float_sums_are_exact_enough(s, n, w != nullptr))
-    s = sums_double(base, x(), rows, ne0, w);
+    s = sums_double(base(), x(), rows, ne0, w);
   else if (fast && s.b2 + s.x2 + s.d2 > kDotCancellation * std::sqrt(s.b2 * s.x2))
-    s.dot = dot_double(base, x(), n);
+    s.dot = dot_double(base(), x(), n);
   m.count += n;
   m.sum_sq_diff += s.d2;
   m.sum_sq_base += s.b2;
@@ -626,29 +633,34 @@ void add_rows(Sums s, bool fast, const float* base, GetX x, size_t rows, size_t 
 void accumulate_rows_with(size_t kernel, const float* base, const float* x, size_t rows, size_t ne0,
                           const float* w, double w_sum, ErrorMetrics& m) {
   add_rows(
-      kernels().at(kernel)(base, x, rows, ne0, w), kernel != 0, base, [x] { return x; }, rows, ne0,
-      w, w_sum, m);
+      kernels().at(kernel)(base, x, rows, ne0, w), kernel != 0, [base] { return base; },
+      [x] { return x; }, rows, ne0, w, w_sum, m);
 }
 
 bool fused_q4_K() { return kernels().back() == sums_avx512; }
 
-void accumulate_rows_q4_K(const float* base, const uint8_t* x, size_t rows, size_t ne0,
-                          const float* w, double w_sum, ErrorMetrics& m) {
+void accumulate_rows(SumSide base, SumSide x, size_t rows, size_t ne0, const float* w, double w_sum,
+                     ErrorMetrics& m) {
   const size_t n = rows * ne0;
-  const auto floats = [&] {
-    thread_local Floats decoded;
-    decoded.resize(n);
-    decoder(GgmlType::Q4_K)(x, decoded.data(), static_cast<int64_t>(n));
-    return decoded.data();
+  // A side's floats: as given, or its blocks decoded (for the careful and double paths, and
+  // where the kernel cannot decode them itself).
+  const auto floats = [n](SumSide side, Floats& buf) {
+    if (!side.q4_K) return side.floats;
+    buf.resize(n);
+    decoder(GgmlType::Q4_K)(side.q4_K, buf.data(), static_cast<int64_t>(n));
+    return static_cast<const float*>(buf.data());
   };
+  thread_local Floats decoded_base, decoded_x;
   if (!fused_q4_K()) {
-    const float* f = floats();
+    const float *fb = floats(base, decoded_base), *fx = floats(x, decoded_x);
     add_rows(
-        kernels().back()(base, f, rows, ne0, w), kernels().size() > 1, base, [f] { return f; },
-        rows, ne0, w, w_sum, m);
+        kernels().back()(fb, fx, rows, ne0, w), kernels().size() > 1, [fb] { return fb; },
+        [fx] { return fx; }, rows, ne0, w, w_sum, m);
     return;
   }
-  add_rows(sums_avx512_q4_K(base, x, rows, ne0, w), true, base, floats, rows, ne0, w, w_sum, m);
+  add_rows(
+      sums_avx512_sides(base, x, rows, ne0, w), true, [&] { return floats(base, decoded_base); },
+      [&] { return floats(x, decoded_x); }, rows, ne0, w, w_sum, m);
 }
 
 namespace {
@@ -800,17 +812,23 @@ void accumulate_rows(const Floats& base, const Floats& x, const ValueJob& job,
   });
 }
 
-// The same with x as B's q4_K rows (x_row_bytes apart), decoded inside the sum kernel.
-void accumulate_rows_q4_K(const Floats& base, const uint8_t* x, uint64_t x_row_bytes,
-                          const ValueJob& job, const std::vector<double>& w_sums, const Geometry& g,
-                          uint64_t row0, uint64_t rows, ErrorMetrics& m) {
+// The same with either side or both as q4_K rows (row_bytes apart), decoded inside the sum
+// kernel: sides[i] is that side's decoded floats when raw[i] is null.
+void accumulate_rows_fused(const Floats* const sides[2], const uint8_t* const raw[2],
+                           const uint64_t row_bytes[2], const ValueJob& job,
+                           const std::vector<double>& w_sums, const Geometry& g, uint64_t row0,
+                           uint64_t rows, ErrorMetrics& m) {
+  const auto side = [&](int i, uint64_t r) {
+    return raw[i] ? SumSide{nullptr, raw[i] + r * row_bytes[i]}
+                  : SumSide{sides[i]->data() + r * g.ne0, nullptr};
+  };
   if (job.weights.empty()) {
-    detail::accumulate_rows_q4_K(base.data(), x, 1, base.size(), nullptr, 0, m);
+    detail::accumulate_rows(side(0, 0), side(1, 0), 1, rows * g.ne0, nullptr, 0, m);
     return;
   }
   weight_runs(job, g, row0, rows, [&](uint64_t r, uint64_t n, uint64_t slice) {
-    detail::accumulate_rows_q4_K(base.data() + r * g.ne0, x + r * x_row_bytes, n, g.ne0,
-                                 job.weights.data() + slice * g.ne0, w_sums[slice], m);
+    detail::accumulate_rows(side(0, r), side(1, r), n, g.ne0, job.weights.data() + slice * g.ne0,
+                            w_sums[slice], m);
   });
 }
 
@@ -952,9 +970,12 @@ std::vector<ValueResult> measure_values(const std::vector<ValueJob>& jobs, unsig
       };
       const uint64_t per = std::max<uint64_t>(1, kSliceElements / std::max<uint64_t>(1, g.ne0));
       const bool wide = wide_values(src[it.job]);
-      // B's q4_K is decoded by the sum kernel itself where it can (see FusedQ4K).
-      const bool fuse_b = !wide && job.measure_ab && !job.ref &&
-                          src[it.job][1].type == GgmlType::Q4_K && fused_q4_K();
+      // q4_K is decoded by the sum kernel itself where it can (see FusedQ4K).
+      const auto fused = [&](int side) {
+        return !wide && job.measure_ab && !job.ref && src[it.job][side].type == GgmlType::Q4_K &&
+               fused_q4_K();
+      };
+      const bool fuse[2] = {fused(0), fused(1)};
       for (uint64_t r = it.row0; r < it.row0 + it.rows; r += per) {
         const uint64_t n = std::min(per, it.row0 + it.rows - r);
         const auto& s = src[it.job];
@@ -969,12 +990,17 @@ std::vector<ValueResult> measure_values(const std::vector<ValueJob>& jobs, unsig
           }
           continue;
         }
-        decode_at(s[0], at(0, r), n * g.ne0, buf.a);
-        if (fuse_b) {
-          accumulate_rows_q4_K(buf.a, at(1, r), s[1].row_bytes, job, w_sums[it.job], g, r, n,
-                               sums[0]);
+        if (fuse[0] || fuse[1]) {
+          if (!fuse[0]) decode_at(s[0], at(0, r), n * g.ne0, buf.a);
+          if (!fuse[1]) decode_at(s[1], at(1, r), n * g.ne0, buf.b);
+          const Floats* const sides[2] = {&buf.a, &buf.b};
+          const uint8_t* const raw_rows[2] = {fuse[0] ? at(0, r) : nullptr,
+                                              fuse[1] ? at(1, r) : nullptr};
+          const uint64_t row_bytes[2] = {s[0].row_bytes, s[1].row_bytes};
+          accumulate_rows_fused(sides, raw_rows, row_bytes, job, w_sums[it.job], g, r, n, sums[0]);
           continue;
         }
+        decode_at(s[0], at(0, r), n * g.ne0, buf.a);
         decode_at(s[1], at(1, r), n * g.ne0, buf.b);
         if (job.measure_ab) accumulate_rows(buf.a, buf.b, job, w_sums[it.job], g, r, n, sums[0]);
         if (job.ref) {
