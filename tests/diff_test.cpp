@@ -385,6 +385,71 @@ TEST(diff, f64_sides_are_measured_in_pieces_and_per_expert_slices) {
   }
 }
 
+// Every comparison of a three-way diff with q4_K sides (decoded inside the sum kernel where the
+// CPU allows): A and B q4_K, the reference f32, an expert tensor with per-expert weights, and
+// a pair with one q4_K side, against sums computed here from the decoded values.
+TEST(diff, q4_K_sides_measure_like_their_decoded_values) {
+  constexpr int64_t ne0 = 512, ne1 = 6, experts = 3;
+  const size_t n = static_cast<size_t>(ne0 * ne1 * experts);
+  const std::string name = "blk.1.ffn_gate_exps.weight";
+  const auto base = perturbed(eighths(n, 5), 0.3, 1);
+  const auto encode = [&](const std::vector<float>& v) {
+    std::vector<uint8_t> q(*row_bytes(GgmlType::Q4_K, ne0) * ne1 * experts);
+    quantize(GgmlType::Q4_K, v, ne1 * experts, ne0, {}, q);
+    std::vector<float> decoded(n);
+    dequantize(GgmlType::Q4_K, q, decoded);
+    return std::pair{q, decoded};
+  };
+  const auto [qa, xa] = encode(perturbed(base, 0.02, 2));
+  const auto [qb, xb] = encode(perturbed(base, 0.05, 3));
+  std::vector<float> w(static_cast<size_t>(ne0 * experts));
+  for (size_t i = 0; i < w.size(); ++i) w[i] = 0.5f + static_cast<float>((i * 7) % 13);
+  Imatrix im;
+  im.add(name, {experts, ne0, w, {}});
+  std::vector<double> per_element(n);
+  for (size_t i = 0; i < n; ++i)
+    per_element[i] = w[i / static_cast<size_t>(ne0 * ne1) * ne0 + i % static_cast<size_t>(ne0)];
+  const std::vector<int64_t> shape = {ne0, ne1, experts};
+  const auto model = [&](uint32_t type, std::vector<uint8_t> payload) {
+    Fixture f;
+    std::erase_if(f.tensors, [&](const FixtureTensor& t) { return t.name == name; });
+    f.tensors.push_back({name, type, shape, std::move(payload)});
+    return f;
+  };
+  const auto q4 = static_cast<uint32_t>(GgmlType::Q4_K);
+  Fixture ref = model(kF32, f32_bytes(base)), a = model(q4, qa), b = model(q4, qb);
+  Fixture b_f32 = model(kF32, f32_bytes(xb));
+  TempDir dir;
+  const Model rm = Model::open(ref.write(dir, "ref.gguf"));
+  for (const bool weighted : {false, true}) {
+    SCOPED_TRACE(weighted);
+    const std::vector<double> none;
+    const auto& ew = weighted ? per_element : none;
+    DiffOptions o;
+    o.values = true;
+    o.threads = 2;
+    if (weighted) o.importance = &im;
+    {
+      DiffOptions three = o;
+      three.reference = &rm;
+      const DiffReport r = diff(a, b, three);
+      const TensorDiff& t = find(r, name);
+      ASSERT_TRUE(t.metrics && t.ref_a && t.ref_b);
+      EXPECT_EQ(t.metrics->count, n);
+      expect_metrics(*t.metrics, expected(xa, xb, ew), weighted);
+      expect_metrics(*t.ref_a, expected(base, xa, ew), weighted);
+      expect_metrics(*t.ref_b, expected(base, xb, ew), weighted);
+    }
+    for (const bool a_is_q4 : {true, false}) {  // q4_K : f32, and f32 : q4_K
+      SCOPED_TRACE(a_is_q4 ? "q4_K : f32" : "f32 : q4_K");
+      const DiffReport r = a_is_q4 ? diff(a, b_f32, o) : diff(b_f32, a, o);
+      const TensorDiff& t = find(r, name);
+      ASSERT_TRUE(t.metrics);
+      expect_metrics(*t.metrics, a_is_q4 ? expected(xa, xb, ew) : expected(xb, xa, ew), weighted);
+    }
+  }
+}
+
 TEST(diff, every_sum_kernel_agrees_with_plain_loops) {
   const auto base = perturbed(eighths(1000, 3), 0.4, 1);
   const auto x = perturbed(base, 0.02, 5);

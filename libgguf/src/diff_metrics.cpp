@@ -799,36 +799,32 @@ void weight_runs(const ValueJob& job, const Geometry& g, uint64_t row0, uint64_t
   }
 }
 
-void accumulate_rows(const Floats& base, const Floats& x, const ValueJob& job,
+// One side of a comparison in a slice: its decoded floats, or its q4_K rows (row_bytes
+// apart) for the sum kernel to decode (see FusedQ4K).
+struct SliceSide {
+  const Floats* floats = nullptr;
+  const uint8_t* q4_K = nullptr;
+  uint64_t row_bytes = 0;
+
+  SumSide at_row(uint64_t r, uint64_t ne0) const {
+    return q4_K ? SumSide{nullptr, q4_K + r * row_bytes}
+                : SumSide{floats->data() + r * ne0, nullptr};
+  }
+};
+
+// Adds x against base for the slice's rows [row0, row0 + rows) to m, weighted when the job has
+// weights (in runs of rows that share a slice of them).
+void accumulate_rows(const SliceSide& base, const SliceSide& x, const ValueJob& job,
                      const std::vector<double>& w_sums, const Geometry& g, uint64_t row0,
                      uint64_t rows, ErrorMetrics& m) {
   if (job.weights.empty()) {
-    accumulate(base.data(), x.data(), base.size(), nullptr, m);
+    detail::accumulate_rows(base.at_row(0, g.ne0), x.at_row(0, g.ne0), 1, rows * g.ne0, nullptr, 0,
+                            m);
     return;
   }
   weight_runs(job, g, row0, rows, [&](uint64_t r, uint64_t n, uint64_t slice) {
-    detail::accumulate_rows(base.data() + r * g.ne0, x.data() + r * g.ne0, n, g.ne0,
+    detail::accumulate_rows(base.at_row(r, g.ne0), x.at_row(r, g.ne0), n, g.ne0,
                             job.weights.data() + slice * g.ne0, w_sums[slice], m);
-  });
-}
-
-// The same with either side or both as q4_K rows (row_bytes apart), decoded inside the sum
-// kernel: sides[i] is that side's decoded floats when raw[i] is null.
-void accumulate_rows_fused(const Floats* const sides[2], const uint8_t* const raw[2],
-                           const uint64_t row_bytes[2], const ValueJob& job,
-                           const std::vector<double>& w_sums, const Geometry& g, uint64_t row0,
-                           uint64_t rows, ErrorMetrics& m) {
-  const auto side = [&](int i, uint64_t r) {
-    return raw[i] ? SumSide{nullptr, raw[i] + r * row_bytes[i]}
-                  : SumSide{sides[i]->data() + r * g.ne0, nullptr};
-  };
-  if (job.weights.empty()) {
-    detail::accumulate_rows(side(0, 0), side(1, 0), 1, rows * g.ne0, nullptr, 0, m);
-    return;
-  }
-  weight_runs(job, g, row0, rows, [&](uint64_t r, uint64_t n, uint64_t slice) {
-    detail::accumulate_rows(side(0, r), side(1, r), n, g.ne0, job.weights.data() + slice * g.ne0,
-                            w_sums[slice], m);
   });
 }
 
@@ -970,12 +966,11 @@ std::vector<ValueResult> measure_values(const std::vector<ValueJob>& jobs, unsig
       };
       const uint64_t per = std::max<uint64_t>(1, kSliceElements / std::max<uint64_t>(1, g.ne0));
       const bool wide = wide_values(src[it.job]);
-      // q4_K is decoded by the sum kernel itself where it can (see FusedQ4K).
-      const auto fused = [&](int side) {
-        return !wide && job.measure_ab && !job.ref && src[it.job][side].type == GgmlType::Q4_K &&
-               fused_q4_K();
-      };
-      const bool fuse[2] = {fused(0), fused(1)};
+      // q4_K sides are decoded by the sum kernel itself where it can (see FusedQ4K).
+      bool fuse[3];
+      for (size_t side = 0; side < 3; ++side)
+        fuse[side] = src[it.job][side].type == GgmlType::Q4_K && fused_q4_K();
+      Floats* const decoded[3] = {&buf.a, &buf.b, &buf.ref};
       for (uint64_t r = it.row0; r < it.row0 + it.rows; r += per) {
         const uint64_t n = std::min(per, it.row0 + it.rows - r);
         const auto& s = src[it.job];
@@ -990,23 +985,21 @@ std::vector<ValueResult> measure_values(const std::vector<ValueJob>& jobs, unsig
           }
           continue;
         }
-        if (fuse[0] || fuse[1]) {
-          if (!fuse[0]) decode_at(s[0], at(0, r), n * g.ne0, buf.a);
-          if (!fuse[1]) decode_at(s[1], at(1, r), n * g.ne0, buf.b);
-          const Floats* const sides[2] = {&buf.a, &buf.b};
-          const uint8_t* const raw_rows[2] = {fuse[0] ? at(0, r) : nullptr,
-                                              fuse[1] ? at(1, r) : nullptr};
-          const uint64_t row_bytes[2] = {s[0].row_bytes, s[1].row_bytes};
-          accumulate_rows_fused(sides, raw_rows, row_bytes, job, w_sums[it.job], g, r, n, sums[0]);
-          continue;
+        SliceSide side[3];
+        for (size_t k = 0; k < 3; ++k) {
+          if (!s[k].t) continue;
+          if (fuse[k]) {
+            side[k] = {nullptr, at(k, r), s[k].row_bytes};
+          } else {
+            decode_at(s[k], at(k, r), n * g.ne0, *decoded[k]);
+            side[k] = {decoded[k]};
+          }
         }
-        decode_at(s[0], at(0, r), n * g.ne0, buf.a);
-        decode_at(s[1], at(1, r), n * g.ne0, buf.b);
-        if (job.measure_ab) accumulate_rows(buf.a, buf.b, job, w_sums[it.job], g, r, n, sums[0]);
+        if (job.measure_ab)
+          accumulate_rows(side[0], side[1], job, w_sums[it.job], g, r, n, sums[0]);
         if (job.ref) {
-          decode_at(s[2], at(2, r), n * g.ne0, buf.ref);
-          accumulate_rows(buf.ref, buf.a, job, w_sums[it.job], g, r, n, sums[1]);
-          accumulate_rows(buf.ref, buf.b, job, w_sums[it.job], g, r, n, sums[2]);
+          accumulate_rows(side[2], side[0], job, w_sums[it.job], g, r, n, sums[1]);
+          accumulate_rows(side[2], side[1], job, w_sums[it.job], g, r, n, sums[2]);
         }
       }
       uint64_t bytes = 0;
