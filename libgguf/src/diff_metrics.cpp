@@ -341,7 +341,7 @@ GGUF_AVX512 inline double total(const __m512d* v) {
 // 64-element step k of a run (k from its start), load(k, u) gives elements [k + 16u, k + 16u +
 // 16), and floats(i, n, scratch) gives [i, n) as floats for the double-summed rest (less than
 // a block).
-struct FloatX {
+struct FromFloats {
   const float* x;
   GGUF_AVX512 void step(size_t) const {}
   GGUF_AVX512 __m512 load(size_t k, size_t u) const {
@@ -431,28 +431,30 @@ GGUF_AVX512 Sums avx512_sums(const A& as, const X& xs, size_t n, size_t ne0, con
 GGUF_AVX512 Sums sums_avx512(const float* base, const float* x, size_t rows, size_t ne0,
                              const float* w) {
   const size_t n = rows * ne0;
-  if (!w) return avx512_sums<false>(FloatX{base}, FloatX{x}, n, n, nullptr);
-  if (rows == 1 || ne0 % 64 == 0) return avx512_sums<true>(FloatX{base}, FloatX{x}, n, ne0, w);
+  if (!w) return avx512_sums<false>(FromFloats{base}, FromFloats{x}, n, n, nullptr);
+  if (rows == 1 || ne0 % 64 == 0)
+    return avx512_sums<true>(FromFloats{base}, FromFloats{x}, n, ne0, w);
   Sums s;
   for (size_t r = 0; r < rows; ++r)
-    add_sums(s, avx512_sums<true>(FloatX{base + r * ne0}, FloatX{x + r * ne0}, ne0, ne0, w));
+    add_sums(s,
+             avx512_sums<true>(FromFloats{base + r * ne0}, FromFloats{x + r * ne0}, ne0, ne0, w));
   return s;
 }
 
-// x as q4_K super-blocks, decoded in registers as the kernel goes: per 64-element step (one
+// A side as q4_K super-blocks, decoded in registers as the kernel goes: per 64-element step (one
 // of the four 32-byte quarters of a block's quants: low nibbles for group 2p, high nibbles for
 // 2p + 1), the 16 values each group's codes stand for are computed with the same multiply and
 // subtract as decode_q4_K's (contracted or not: d has 11 significant bits, sc 6 and q 4, so
-// d * sc * q is exact in float), and each vector of x is a permute of them. The sums are thus
-// bit for bit those of decoding first, without storing and loading the floats of x, without a
-// second decoder call per slice, and with a permute in place of a conversion, a multiply and
-// a subtract per vector.
+// d * sc * q is exact in float), and each vector is a permute of them. The sums are thus bit
+// for bit those of decoding first, without storing and loading the side's floats, without its
+// decoder call per slice, and with a permute in place of a conversion, a multiply and a
+// subtract per vector.
 struct FusedQ4K {
   static constexpr size_t kBlockBytes = sizeof(kq::BlockQ4_K);
   const uint8_t* src = nullptr;
   // The current block's eight group scales d * sc and mins dmin * m, and the current
   // quarter's quants and its two groups' values of every code (lo[q] = d1 * q - m1 for the low
-  // nibbles, hi for the high ones): each vector of x is then one permute of a table.
+  // nibbles, hi for the high ones): each vector is then one permute of a table.
   mutable float scale[8] = {}, min[8] = {};
   mutable __m256i qs = {};
   mutable __m512 lo = {}, hi = {};
@@ -502,8 +504,8 @@ GGUF_AVX512 Sums fused_sums(const A& as, const X& xs, size_t rows, size_t ne0, c
 
 GGUF_AVX512 Sums sums_avx512_sides(SumSide a, SumSide x, size_t rows, size_t ne0, const float* w) {
   if (a.q4_K && x.q4_K) return fused_sums(FusedQ4K{a.q4_K}, FusedQ4K{x.q4_K}, rows, ne0, w);
-  if (a.q4_K) return fused_sums(FusedQ4K{a.q4_K}, FloatX{x.floats}, rows, ne0, w);
-  if (x.q4_K) return fused_sums(FloatX{a.floats}, FusedQ4K{x.q4_K}, rows, ne0, w);
+  if (a.q4_K) return fused_sums(FusedQ4K{a.q4_K}, FromFloats{x.floats}, rows, ne0, w);
+  if (x.q4_K) return fused_sums(FromFloats{a.floats}, FusedQ4K{x.q4_K}, rows, ne0, w);
   return sums_avx512(a.floats, x.floats, rows, ne0, w);
 }
 #if defined(__GNUC__) && !defined(__clang__)
