@@ -9,6 +9,7 @@
 #include <bit>
 #include <cmath>
 #include <cstring>
+#include <iostream>
 #include <limits>
 #include <nlohmann/json.hpp>
 
@@ -587,9 +588,9 @@ TEST(diff, every_sum_kernel_survives_huge_importance_weights) {
   }
 }
 
-// q4_K rows are decoded inside the sum kernel (AVX-512) or first (elsewhere), on either side or
-// both: the metrics must be those of decoding first, to the bit, for every shape the values
-// diff hands over
+// q4_K rows are decoded inside the sum kernel (AVX-512) or first (elsewhere, or when asked), on
+// either side or both: the metrics must be those of decoding first, to the bit, for every shape
+// the values diff hands over
 // (whole slices unweighted, runs of rows weighted, lengths that leave a rest after the kernel's
 // 1024-pair blocks), and for blocks whose scales make values non-finite (the careful path),
 // tiny (the double path) or zero.
@@ -610,16 +611,21 @@ TEST(diff, q4_K_decoded_in_the_sum_kernel_gives_the_same_bits) {
     EXPECT_EQ(bits(got.sum_w), bits(want.sum_w));
     EXPECT_EQ(bits(got.sum_w_sq_diff), bits(want.sum_w_sq_diff));
     EXPECT_EQ(bits(got.sum_w_sq_base), bits(want.sum_w_sq_base));
+    EXPECT_EQ(got.too_large, want.too_large);
   };
+  if (!detail::fused_q4_K())
+    std::cout << "[   NOTE   ] no AVX-512 here: q4_K sides are decoded first on this CPU\n";
   constexpr size_t kBlockBytes = 144;
   for (const size_t ne0 : {256u, 512u, 768u, 2048u}) {
     for (const size_t rows : {1u, 3u, 8u}) {
-      // plain; one block's d = inf, or dmin = NaN; one block's scales subnormal; all zero
-      for (const int kind : {0, 1, 2, 3, 4}) {
+      // plain; one block's d = inf, or dmin = NaN (the careful path); one block's scales
+      // subnormal; x all zero (the double path); x 1000 times larger (the dot product summed
+      // directly: derived, it would cancel)
+      for (const int kind : {0, 1, 2, 3, 4, 5}) {
         SCOPED_TRACE(::testing::Message() << ne0 << " x " << rows << " kind " << kind);
         const size_t n = ne0 * rows;
         // Each side as floats and as q4_K blocks (the floats of the blocks: decoded first).
-        const auto encode = [&](std::vector<float> values, size_t blk) {
+        const auto encode = [&](std::vector<float> values, size_t blk, bool is_x) {
           std::vector<uint8_t> q(n / 256 * kBlockBytes);
           quantize(GgmlType::Q4_K, values, static_cast<int64_t>(rows), static_cast<int64_t>(ne0),
                    {}, q);
@@ -628,7 +634,7 @@ TEST(diff, q4_K_decoded_in_the_sum_kernel_gives_the_same_bits) {
           if (kind == 1) set_half(blk, 0x7c00);
           if (kind == 2) set_half(blk + 2, 0x7e00);
           if (kind == 3) set_half(blk, 0x0001), set_half(blk + 2, 0x0003);
-          if (kind == 4)  // squares too small for float sums: the double path
+          if (kind == 4 && is_x)
             for (size_t at = 0; at < q.size(); at += kBlockBytes)
               set_half(at, 0), set_half(at + 2, 0);
           std::vector<float> decoded(n);
@@ -636,8 +642,11 @@ TEST(diff, q4_K_decoded_in_the_sum_kernel_gives_the_same_bits) {
           return std::pair{std::move(q), std::move(decoded)};
         };
         const auto base_values = perturbed(eighths(n, 3), 0.4, 1);
-        const auto [qb, base] = encode(base_values, 0);                         // the first block
-        const auto [qx, x] = encode(perturbed(base_values, 0.05, 7), n / 512);  // one in the middle
+        auto x_values = perturbed(base_values, 0.05, 7);
+        if (kind == 5)
+          for (float& v : x_values) v *= 1000;
+        const auto [qb, base] = encode(base_values, 0, false);  // the first block
+        const auto [qx, x] = encode(x_values, n / 512, true);   // one in the middle
         std::vector<float> w(ne0);
         for (size_t c = 0; c < ne0; ++c) w[c] = 0.25f * static_cast<float>(1 + (c * 7) % 11);
         double w_sum = 0;
@@ -653,19 +662,21 @@ TEST(diff, q4_K_decoded_in_the_sum_kernel_gives_the_same_bits) {
           } else {
             EXPECT_EQ(want.count, n);
           }
-          for (const int blocks : {1, 2, 3}) {  // which sides are given as blocks
-            SCOPED_TRACE(::testing::Message()
-                         << (weighted ? "weighted" : "unweighted") << ", blocks " << blocks);
-            const detail::SumSide sb = blocks & 1 ? detail::SumSide{nullptr, qb.data()}
-                                                  : detail::SumSide{base.data(), nullptr};
-            const detail::SumSide sx = blocks & 2 ? detail::SumSide{nullptr, qx.data()}
-                                                  : detail::SumSide{x.data(), nullptr};
-            ErrorMetrics got;
-            if (weighted)
-              detail::accumulate_rows(sb, sx, rows, ne0, w.data(), w_sum, got);
-            else
-              detail::accumulate_rows(sb, sx, 1, n, nullptr, 0, got);
-            expect_same(got, want);
+          for (const int blocks : {1, 2, 3}) {        // which sides are given as blocks
+            for (const bool fused : {true, false}) {  // decoded in the kernel, or first
+              SCOPED_TRACE(::testing::Message() << (weighted ? "weighted" : "unweighted")
+                                                << ", blocks " << blocks << ", fused " << fused);
+              const detail::SumSide sb = blocks & 1 ? detail::SumSide{nullptr, qb.data()}
+                                                    : detail::SumSide{base.data(), nullptr};
+              const detail::SumSide sx = blocks & 2 ? detail::SumSide{nullptr, qx.data()}
+                                                    : detail::SumSide{x.data(), nullptr};
+              ErrorMetrics got;
+              if (weighted)
+                detail::accumulate_rows(sb, sx, rows, ne0, w.data(), w_sum, got, fused);
+              else
+                detail::accumulate_rows(sb, sx, 1, n, nullptr, 0, got, fused);
+              expect_same(got, want);
+            }
           }
         }
       }

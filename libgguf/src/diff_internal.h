@@ -49,14 +49,15 @@ void accumulate_rows(const float* base, const float* x, size_t rows, size_t ne0,
 void accumulate_rows_with(size_t kernel, const float* base, const float* x, size_t rows, size_t ne0,
                           const float* w, double w_sum, ErrorMetrics& m);
 // accumulate_rows() with either side or both given as q4_K blocks (ne0 a multiple of 256):
-// the same sums, bit for bit, as decoding them first. Where fused_q4_K() (AVX-512), the sum
-// kernel decodes them in its registers, without storing and loading their floats.
+// the same sums, bit for bit, as decoding them first. Where fused_q4_K() (AVX-512) and fused
+// (tests set it false to check the other way), the sum kernel decodes them in its registers,
+// without storing and loading their floats; otherwise they are decoded first.
 struct SumSide {
   const float* floats = nullptr;  // the side's values, or
   const uint8_t* q4_K = nullptr;  // its q4_K blocks
 };
 bool fused_q4_K();
 void accumulate_rows(SumSide base, SumSide x, size_t rows, size_t ne0, const float* w, double w_sum,
-                     ErrorMetrics& m);
+                     ErrorMetrics& m, bool fused = true);
 
 }  // namespace gguf::detail

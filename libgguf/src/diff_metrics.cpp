@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <array>
 #include <boost/align/aligned_allocator.hpp>
+#include <cassert>
 #include <cmath>
 #include <cstring>
 #include <initializer_list>
@@ -416,11 +417,13 @@ GGUF_AVX512 Sums avx512_sums(const A& as, const X& xs, size_t n, size_t ne0, con
   // The rest (less than a block) in double, a piece of a row at a time.
   if constexpr (!kWeighted) wi = i;
   alignas(64) float scratch_a[kBlock], scratch_x[kBlock];
-  const float* base = i < n ? as.floats(i, n, scratch_a) - i : nullptr;
-  const float* x = i < n ? xs.floats(i, n, scratch_x) - i : nullptr;
+  const size_t rest = i;  // base and x hold elements [rest, n)
+  const float* base = i < n ? as.floats(i, n, scratch_a) : nullptr;
+  const float* x = i < n ? xs.floats(i, n, scratch_x) : nullptr;
   while (i < n) {
     const size_t len = std::min(n - i, ne0 - wi);
-    add_sums(s, double_sums<kWeighted, 1>(base + i, x + i, len, kWeighted ? w + wi : nullptr));
+    add_sums(s, double_sums<kWeighted, 1>(base + (i - rest), x + (i - rest), len,
+                                          kWeighted ? w + wi : nullptr));
     i += len;
     wi = 0;
   }
@@ -642,7 +645,8 @@ void accumulate_rows_with(size_t kernel, const float* base, const float* x, size
 bool fused_q4_K() { return kernels().back() == sums_avx512; }
 
 void accumulate_rows(SumSide base, SumSide x, size_t rows, size_t ne0, const float* w, double w_sum,
-                     ErrorMetrics& m) {
+                     ErrorMetrics& m, bool fused) {
+  assert(!(base.q4_K || x.q4_K) || ne0 % kq::kQK == 0);
   const size_t n = rows * ne0;
   // A side's floats: as given, or its blocks decoded (for the careful and double paths, and
   // where the kernel cannot decode them itself).
@@ -653,16 +657,20 @@ void accumulate_rows(SumSide base, SumSide x, size_t rows, size_t ne0, const flo
     return static_cast<const float*>(buf.data());
   };
   thread_local Floats decoded_base, decoded_x;
-  if (!fused_q4_K()) {
+  if (!fused || !fused_q4_K()) {
     const float *fb = floats(base, decoded_base), *fx = floats(x, decoded_x);
     add_rows(
         kernels().back()(fb, fx, rows, ne0, w), kernels().size() > 1, [fb] { return fb; },
         [fx] { return fx; }, rows, ne0, w, w_sum, m);
-    return;
+  } else {
+    add_rows(
+        sums_avx512_sides(base, x, rows, ne0, w), true, [&] { return floats(base, decoded_base); },
+        [&] { return floats(x, decoded_x); }, rows, ne0, w, w_sum, m);
   }
-  add_rows(
-      sums_avx512_sides(base, x, rows, ne0, w), true, [&] { return floats(base, decoded_base); },
-      [&] { return floats(x, decoded_x); }, rows, ne0, w, w_sum, m);
+  // A slice of one long row can need a few MiB here; the values diff's own buffers are freed
+  // when it returns, these only when their thread ends.
+  for (Floats* buf : {&decoded_base, &decoded_x})
+    if (buf->capacity() > (size_t{1} << 18)) Floats().swap(*buf);
 }
 
 namespace {
