@@ -658,10 +658,8 @@ void accumulate_rows(SumSide base, SumSide x, size_t rows, size_t ne0, const flo
   };
   thread_local Floats decoded_base, decoded_x;
   if (!fused || !fused_q4_K()) {
-    const float *fb = floats(base, decoded_base), *fx = floats(x, decoded_x);
-    add_rows(
-        kernels().back()(fb, fx, rows, ne0, w), kernels().size() > 1, [fb] { return fb; },
-        [fx] { return fx; }, rows, ne0, w, w_sum, m);
+    accumulate_rows_with(kernels().size() - 1, floats(base, decoded_base), floats(x, decoded_x),
+                         rows, ne0, w, w_sum, m);
   } else {
     add_rows(
         sums_avx512_sides(base, x, rows, ne0, w), true, [&] { return floats(base, decoded_base); },
