@@ -21,8 +21,8 @@
 #include <string>
 #include <vector>
 
-#include "gguf/error.h"
-#include "gguf/writer.h"
+#include "gguf/base/error.h"
+#include "gguf/write/writer.h"
 
 namespace gguf::bench {
 

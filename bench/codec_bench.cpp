@@ -19,8 +19,8 @@
 #include "bench_report.h"
 #include "distributions.h"
 #include "ggml_ref.h"
-#include "gguf/codecs.h"
-#include "gguf/types.h"
+#include "gguf/codecs/codecs.h"
+#include "gguf/format/types.h"
 
 namespace {
 

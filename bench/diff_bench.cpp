@@ -25,11 +25,11 @@
 #include <vector>
 
 #include "bench_report.h"
-#include "gguf/codecs.h"
-#include "gguf/diff.h"
-#include "gguf/error.h"
-#include "gguf/model.h"
-#include "gguf/writer.h"
+#include "gguf/base/error.h"
+#include "gguf/codecs/codecs.h"
+#include "gguf/format/model.h"
+#include "gguf/ops/diff.h"
+#include "gguf/write/writer.h"
 
 namespace {
 

@@ -20,10 +20,10 @@
 #include <vector>
 
 #include "bench_report.h"
-#include "gguf/error.h"
-#include "gguf/hash.h"
-#include "gguf/model.h"
-#include "gguf/writer.h"
+#include "gguf/base/error.h"
+#include "gguf/format/hash.h"
+#include "gguf/format/model.h"
+#include "gguf/write/writer.h"
 
 namespace {
 

@@ -16,11 +16,11 @@
 
 #include "bench_report.h"
 #include "ggml_ref.h"
-#include "gguf/error.h"
-#include "gguf/file.h"
-#include "gguf/model.h"
-#include "gguf/synth.h"
-#include "gguf/writer.h"
+#include "gguf/base/error.h"
+#include "gguf/format/file.h"
+#include "gguf/format/model.h"
+#include "gguf/ops/synth.h"
+#include "gguf/write/writer.h"
 
 namespace {
 

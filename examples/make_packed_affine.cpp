@@ -3,12 +3,12 @@
 // min and scale, codes of 1-8 bits. The demo's stand-in for "our own format".
 #include <fmt/format.h>
 
-#include "gguf/affine.h"
-#include "gguf/cli.h"
-#include "gguf/codecs.h"
-#include "gguf/error.h"
-#include "gguf/model.h"
-#include "gguf/writer.h"
+#include "gguf/base/error.h"
+#include "gguf/cli/cli.h"
+#include "gguf/codecs/codecs.h"
+#include "gguf/format/model.h"
+#include "gguf/ops/affine.h"
+#include "gguf/write/writer.h"
 
 namespace po = boost::program_options;
 

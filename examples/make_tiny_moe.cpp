@@ -5,11 +5,11 @@
 
 #include <type_traits>
 
-#include "gguf/cli.h"
-#include "gguf/codecs.h"
-#include "gguf/error.h"
-#include "gguf/synth.h"
-#include "gguf/writer.h"
+#include "gguf/base/error.h"
+#include "gguf/cli/cli.h"
+#include "gguf/codecs/codecs.h"
+#include "gguf/ops/synth.h"
+#include "gguf/write/writer.h"
 
 namespace po = boost::program_options;
 

@@ -6,9 +6,9 @@
 #include <cstdint>
 #include <vector>
 
-#include "gguf/error.h"
-#include "gguf/imatrix.h"
-#include "gguf/source.h"
+#include "gguf/base/error.h"
+#include "gguf/inputs/imatrix.h"
+#include "gguf/io/source.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   volatile size_t sink = 0;

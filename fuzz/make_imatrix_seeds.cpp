@@ -10,9 +10,9 @@
 #include <string>
 #include <vector>
 
-#include "gguf/metadata.h"
-#include "gguf/plan.h"
-#include "gguf/writer.h"
+#include "gguf/format/metadata.h"
+#include "gguf/write/plan.h"
+#include "gguf/write/writer.h"
 
 namespace {
 

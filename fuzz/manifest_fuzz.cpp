@@ -8,10 +8,10 @@
 #include <string>
 #include <string_view>
 
-#include "gguf/diff.h"
-#include "gguf/error.h"
-#include "gguf/escape.h"
-#include "gguf/json.h"
+#include "gguf/base/error.h"
+#include "gguf/base/escape.h"
+#include "gguf/format/json.h"
+#include "gguf/ops/diff.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string_view text(reinterpret_cast<const char*>(data), size);

@@ -5,11 +5,11 @@
 #include <optional>
 #include <vector>
 
-#include "gguf/check.h"
-#include "gguf/escape.h"
-#include "gguf/file.h"
-#include "gguf/metadata.h"
-#include "gguf/model.h"
+#include "gguf/base/escape.h"
+#include "gguf/format/file.h"
+#include "gguf/format/metadata.h"
+#include "gguf/format/model.h"
+#include "gguf/ops/check.h"
 
 namespace {
 

@@ -9,9 +9,9 @@
 #include <variant>
 #include <vector>
 
-#include "gguf/affine.h"
-#include "gguf/error.h"
-#include "gguf/safetensors.h"
+#include "gguf/base/error.h"
+#include "gguf/inputs/safetensors.h"
+#include "gguf/ops/affine.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   auto source = gguf::memory_source(std::vector<uint8_t>(data, data + size), "fuzz.safetensors");

@@ -2,7 +2,7 @@
 // case, exact messages), the packed_affine checks, exactness of q4_1 / q5_1 / f32 on random
 // and edge-case scales for every width and several groups and shapes, --base, the proof, and
 // the gguf-requant binary.
-#include "gguf/affine.h"
+#include "gguf/ops/affine.h"
 
 #include <gtest/gtest.h>
 
@@ -14,11 +14,11 @@
 #include "affine_fixture.h"
 #include "cli_run.h"
 #include "distributions.h"
-#include "gguf/cli.h"
-#include "gguf/codecs.h"
-#include "gguf/fp16.h"
-#include "gguf/hash.h"
-#include "gguf/synth.h"
+#include "gguf/base/fp16.h"
+#include "gguf/cli/cli.h"
+#include "gguf/codecs/codecs.h"
+#include "gguf/format/hash.h"
+#include "gguf/ops/synth.h"
 
 namespace gguf {
 namespace {

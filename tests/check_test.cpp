@@ -1,6 +1,6 @@
 // check_model against builder fixtures: exact problems for what ggml refuses but the lenient
 // reader accepts, NaN/Inf scans, and agreement with ggml's own reader and decoders.
-#include "gguf/check.h"
+#include "gguf/ops/check.h"
 
 #include <fmt/format.h>
 #include <gtest/gtest.h>
@@ -11,8 +11,8 @@
 
 #include "cli_run.h"
 #include "ggml_ref.h"
-#include "gguf/fp16.h"
-#include "gguf/types.h"
+#include "gguf/base/fp16.h"
+#include "gguf/format/types.h"
 #include "gguf_builder.h"
 
 namespace gguf {

@@ -15,8 +15,8 @@
 
 #include "cli_run.h"
 #include "diff_fixture.h"
-#include "gguf/synth.h"
-#include "gguf/writer.h"
+#include "gguf/ops/synth.h"
+#include "gguf/write/writer.h"
 
 namespace {
 

@@ -14,8 +14,8 @@
 
 #include "distributions.h"
 #include "ggml_ref.h"
-#include "gguf/codecs.h"
-#include "gguf/types.h"
+#include "gguf/codecs/codecs.h"
+#include "gguf/format/types.h"
 
 namespace gguf::testing {
 

@@ -17,10 +17,10 @@
 #include "codec_bits.h"
 #include "distributions.h"
 #include "ggml_ref.h"
-#include "gguf/codecs.h"
-#include "gguf/error.h"
-#include "gguf/fp16.h"
-#include "gguf/types.h"
+#include "gguf/base/error.h"
+#include "gguf/base/fp16.h"
+#include "gguf/codecs/codecs.h"
+#include "gguf/format/types.h"
 
 namespace gguf {
 namespace {

@@ -14,12 +14,12 @@
 #include <vector>
 
 #include "codec_conformance.h"
-#include "codec_iquant_tables.h"
+#include "codecs/codec_iquant_tables.h"
 #include "distributions.h"
 #include "ggml_ref.h"
-#include "gguf/codecs.h"
-#include "gguf/error.h"
-#include "gguf/types.h"
+#include "gguf/base/error.h"
+#include "gguf/codecs/codecs.h"
+#include "gguf/format/types.h"
 
 namespace gguf {
 namespace {

@@ -12,11 +12,11 @@
 #include <string>
 #include <vector>
 
-#include "codec_kquants_common.h"
+#include "codecs/codec_kquants_common.h"
 #include "distributions.h"
 #include "ggml_ref.h"
-#include "gguf/codecs.h"
-#include "gguf/fp16.h"
+#include "gguf/base/fp16.h"
+#include "gguf/codecs/codecs.h"
 
 namespace gguf {
 namespace {

@@ -16,9 +16,9 @@
 #include "codec_bits.h"
 #include "distributions.h"
 #include "ggml_ref.h"
-#include "gguf/codecs.h"
-#include "gguf/error.h"
-#include "gguf/types.h"
+#include "gguf/base/error.h"
+#include "gguf/codecs/codecs.h"
+#include "gguf/format/types.h"
 
 namespace gguf {
 namespace {

@@ -13,7 +13,7 @@
 #include "codec_conformance.h"
 #include "distributions.h"
 #include "ggml_ref.h"
-#include "gguf/codecs.h"
+#include "gguf/codecs/codecs.h"
 
 namespace gguf {
 namespace {

@@ -10,8 +10,8 @@
 #include <nlohmann/json.hpp>
 
 #include "diff_fixture.h"
-#include "gguf/synth.h"
-#include "gguf/writer.h"
+#include "gguf/ops/synth.h"
+#include "gguf/write/writer.h"
 
 namespace gguf {
 namespace {

@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "cli_run.h"
-#include "gguf/diff.h"
+#include "gguf/ops/diff.h"
 #include "gguf_builder.h"
 
 namespace gguf::diff_fixture {

@@ -1,6 +1,6 @@
 // gguf-diff's library half: every kind of difference on builder fixtures, and the numeric
 // metrics against values computed here with plain loops in double.
-#include "gguf/diff.h"
+#include "gguf/ops/diff.h"
 
 #include <fmt/format.h>
 #include <gtest/gtest.h>
@@ -14,9 +14,9 @@
 #include <nlohmann/json.hpp>
 
 #include "diff_fixture.h"
-#include "diff_internal.h"
-#include "gguf/codecs.h"
+#include "gguf/codecs/codecs.h"
 #include "gguf_builder.h"
+#include "ops/diff_internal.h"
 
 namespace gguf {
 namespace {

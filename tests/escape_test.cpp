@@ -1,11 +1,11 @@
 // Untrusted strings from files: terminal escaping, JSON-safe UTF-8 and the UTF-8 validator.
-#include "gguf/escape.h"
+#include "gguf/base/escape.h"
 
 #include <gtest/gtest.h>
 
 #include <string>
 
-#include "gguf/file.h"
+#include "gguf/format/file.h"
 
 namespace gguf {
 namespace {

@@ -2,7 +2,7 @@
 // decoders when it is available), f16 -> f32 -> f16 gives the original bytes back, and every
 // pair or value without an exact path is refused naming the tensor, the block or the element;
 // the proof runs before the output reaches its path.
-#include "gguf/exact.h"
+#include "gguf/ops/exact.h"
 
 #include <fmt/format.h>
 #include <gtest/gtest.h>
@@ -15,13 +15,13 @@
 
 #include "cli_run.h"
 #include "ggml_ref.h"
-#include "gguf/codecs.h"
-#include "gguf/fp16.h"
-#include "gguf/hash.h"
-#include "gguf/names.h"
-#include "gguf/requant.h"
-#include "gguf/synth.h"
-#include "gguf/writer.h"
+#include "gguf/base/fp16.h"
+#include "gguf/codecs/codecs.h"
+#include "gguf/format/hash.h"
+#include "gguf/format/names.h"
+#include "gguf/ops/requant.h"
+#include "gguf/ops/synth.h"
+#include "gguf/write/writer.h"
 
 namespace gguf {
 namespace {

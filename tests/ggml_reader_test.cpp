@@ -10,9 +10,9 @@
 
 #include "affine_fixture.h"
 #include "ggml_ref.h"
-#include "gguf/affine.h"
-#include "gguf/file.h"
-#include "gguf/writer.h"
+#include "gguf/format/file.h"
+#include "gguf/ops/affine.h"
+#include "gguf/write/writer.h"
 #include "gguf_builder.h"
 #include "writer_test_util.h"
 

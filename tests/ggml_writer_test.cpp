@@ -10,11 +10,11 @@
 
 #include "cli_run.h"
 #include "ggml_ref.h"
-#include "gguf/check.h"
-#include "gguf/codecs.h"
-#include "gguf/file.h"
-#include "gguf/model.h"
-#include "gguf/synth.h"
+#include "gguf/codecs/codecs.h"
+#include "gguf/format/file.h"
+#include "gguf/format/model.h"
+#include "gguf/ops/check.h"
+#include "gguf/ops/synth.h"
 
 namespace gguf {
 namespace {

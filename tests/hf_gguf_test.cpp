@@ -15,11 +15,11 @@
 
 #include "affine_fixture.h"
 #include "cli_run.h"
-#include "gguf/file.h"
-#include "gguf/model.h"
-#include "gguf/plan.h"
-#include "gguf/synth.h"
-#include "gguf/writer.h"
+#include "gguf/format/file.h"
+#include "gguf/format/model.h"
+#include "gguf/ops/synth.h"
+#include "gguf/write/plan.h"
+#include "gguf/write/writer.h"
 #include "gguf_builder.h"
 
 namespace gguf {

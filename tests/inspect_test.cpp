@@ -1,5 +1,5 @@
 // gguf-inspect: the report (library) and the binary (golden CLI tests).
-#include "gguf/inspect.h"
+#include "gguf/ops/inspect.h"
 
 #include <fmt/format.h>
 #include <gtest/gtest.h>
@@ -13,10 +13,10 @@
 #include <nlohmann/json.hpp>
 
 #include "cli_run.h"
-#include "gguf/json.h"
-#include "gguf/synth.h"
-#include "gguf/table.h"
-#include "gguf/writer.h"
+#include "gguf/base/table.h"
+#include "gguf/format/json.h"
+#include "gguf/ops/synth.h"
+#include "gguf/write/writer.h"
 #include "gguf_builder.h"
 
 namespace gguf {

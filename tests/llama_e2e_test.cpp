@@ -14,15 +14,15 @@
 #include <vector>
 
 #include "cli_run.h"
-#include "gguf/check.h"
-#include "gguf/fp16.h"
-#include "gguf/model.h"
-#include "gguf/plan.h"
-#include "gguf/requant.h"
-#include "gguf/safetensors.h"
-#include "gguf/synth.h"
-#include "gguf/types.h"
-#include "gguf/writer.h"
+#include "gguf/base/fp16.h"
+#include "gguf/format/model.h"
+#include "gguf/format/types.h"
+#include "gguf/inputs/safetensors.h"
+#include "gguf/ops/check.h"
+#include "gguf/ops/requant.h"
+#include "gguf/ops/synth.h"
+#include "gguf/write/plan.h"
+#include "gguf/write/writer.h"
 #include "llama_ref.h"
 
 namespace gguf {

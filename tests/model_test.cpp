@@ -1,6 +1,6 @@
 // Split sets opened as one model: shard discovery, split.* key checks across shards, and the
 // errors that name the offending shard.
-#include "gguf/model.h"
+#include "gguf/format/model.h"
 
 #include <fmt/format.h>
 #include <gtest/gtest.h>
@@ -8,7 +8,7 @@
 #include <filesystem>
 
 #include "cli_run.h"
-#include "gguf/escape.h"
+#include "gguf/base/escape.h"
 #include "gguf_builder.h"
 
 namespace gguf {

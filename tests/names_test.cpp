@@ -1,6 +1,6 @@
 // The tensor-name grammar against real tensor names: DeepSeek V4 (ds4), DeepSeek V2/V3,
 // qwen2moe/qwen3moe, mixtral, llama, Hugging Face checkpoints, and hostile bytes.
-#include "gguf/names.h"
+#include "gguf/format/names.h"
 
 #include <gtest/gtest.h>
 
@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "gguf/error.h"
+#include "gguf/base/error.h"
 
 namespace gguf {
 namespace {

@@ -5,7 +5,7 @@
 #include <string>
 #include <string_view>
 
-#include "gguf/file.h"
+#include "gguf/format/file.h"
 #include "gguf_builder.h"
 
 namespace gguf::reader_test {

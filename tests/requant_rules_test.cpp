@@ -12,11 +12,11 @@
 #include <regex>
 
 #include "cli_run.h"
-#include "gguf/error.h"
-#include "gguf/names.h"
-#include "gguf/requant.h"
-#include "gguf/synth.h"
-#include "gguf/writer.h"
+#include "gguf/base/error.h"
+#include "gguf/format/names.h"
+#include "gguf/ops/requant.h"
+#include "gguf/ops/synth.h"
+#include "gguf/write/writer.h"
 #include "requant_fixture.h"
 
 namespace gguf {

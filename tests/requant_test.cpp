@@ -1,5 +1,5 @@
 // gguf-requant: plans, importance matrices, thread independence, and the binary.
-#include "gguf/requant.h"
+#include "gguf/ops/requant.h"
 
 #include <fmt/format.h>
 #include <gtest/gtest.h>
@@ -14,11 +14,11 @@
 #include <tuple>
 
 #include "cli_run.h"
-#include "gguf/codecs.h"
-#include "gguf/hash.h"
-#include "gguf/imatrix.h"
-#include "gguf/synth.h"
-#include "gguf/writer.h"
+#include "gguf/codecs/codecs.h"
+#include "gguf/format/hash.h"
+#include "gguf/inputs/imatrix.h"
+#include "gguf/ops/synth.h"
+#include "gguf/write/writer.h"
 #include "gguf_builder.h"
 #include "requant_fixture.h"
 

@@ -1,6 +1,6 @@
 // Selectors: --layers/--role/--match parsing with exact error messages, and resolution against
 // the tensor names of real model layouts, where an impossible selection must be an error.
-#include "gguf/select.h"
+#include "gguf/format/select.h"
 
 #include <fmt/format.h>
 #include <gtest/gtest.h>
@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "gguf/error.h"
+#include "gguf/base/error.h"
 
 namespace gguf {
 namespace {

@@ -1,5 +1,5 @@
 // ByteSource::stream(), the way the tools read payloads once, front to back.
-#include "gguf/source.h"
+#include "gguf/io/source.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "gguf/error.h"
+#include "gguf/base/error.h"
 
 namespace gguf {
 namespace {

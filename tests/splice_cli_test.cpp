@@ -13,7 +13,7 @@
 #include <sstream>
 
 #include "cli_run.h"
-#include "gguf/cli.h"
+#include "gguf/cli/cli.h"
 #include "splice_test_util.h"
 
 namespace gguf {

@@ -9,7 +9,7 @@
 #include <fstream>
 
 #include "ggml_ref.h"
-#include "gguf/hash.h"
+#include "gguf/format/hash.h"
 #include "splice_test_util.h"
 
 namespace gguf {

@@ -12,12 +12,12 @@
 #include <vector>
 
 #include "cli_run.h"
-#include "gguf/model.h"
-#include "gguf/plan.h"
-#include "gguf/select.h"
-#include "gguf/splice.h"
-#include "gguf/synth.h"
-#include "gguf/writer.h"
+#include "gguf/format/model.h"
+#include "gguf/format/select.h"
+#include "gguf/ops/splice.h"
+#include "gguf/ops/synth.h"
+#include "gguf/write/plan.h"
+#include "gguf/write/writer.h"
 
 namespace gguf::splice_test {
 

@@ -1,5 +1,5 @@
 // The type table agrees with ggml's facts (and with ggml itself when it can be loaded).
-#include "gguf/types.h"
+#include "gguf/format/types.h"
 
 #include <gtest/gtest.h>
 

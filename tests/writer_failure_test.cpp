@@ -22,11 +22,11 @@
 #include <fstream>
 #include <thread>
 
-#include "gguf/cli.h"
-#include "gguf/file.h"
-#include "gguf/model.h"
-#include "gguf/writer.h"
-#include "writer_internal.h"
+#include "gguf/cli/cli.h"
+#include "gguf/format/file.h"
+#include "gguf/format/model.h"
+#include "gguf/write/writer.h"
+#include "write/writer_internal.h"
 #include "writer_test_util.h"
 
 namespace gguf {

@@ -1,6 +1,6 @@
 // The canonical writer: header bytes, round trips of every value type through the validated
 // reader, canonical layout at several alignments, payload sources, split sets, verification.
-#include "gguf/writer.h"
+#include "gguf/write/writer.h"
 
 #include <fcntl.h>
 #include <fmt/format.h>
@@ -15,8 +15,8 @@
 #include <fstream>
 #include <limits>
 
-#include "gguf/file.h"
-#include "gguf/model.h"
+#include "gguf/format/file.h"
+#include "gguf/format/model.h"
 #include "writer_test_util.h"
 
 namespace gguf {

@@ -13,8 +13,8 @@
 #include <vector>
 
 #include "cli_run.h"
-#include "gguf/plan.h"
-#include "gguf/types.h"
+#include "gguf/format/types.h"
+#include "gguf/write/plan.h"
 
 namespace gguf::testing {
 

@@ -9,10 +9,10 @@
 #include <system_error>
 #include <vector>
 
-#include "gguf/cli.h"
-#include "gguf/diff.h"
-#include "gguf/error.h"
-#include "gguf/model.h"
+#include "gguf/base/error.h"
+#include "gguf/cli/cli.h"
+#include "gguf/format/model.h"
+#include "gguf/ops/diff.h"
 
 namespace po = boost::program_options;
 

@@ -1,9 +1,9 @@
 // gguf-inspect: look inside a GGUF file or split set.
 #include <fmt/format.h>
 
-#include "gguf/cli.h"
-#include "gguf/escape.h"
-#include "gguf/inspect.h"
+#include "gguf/base/escape.h"
+#include "gguf/cli/cli.h"
+#include "gguf/ops/inspect.h"
 
 namespace po = boost::program_options;
 

@@ -8,13 +8,13 @@
 #include <span>
 #include <thread>
 
-#include "gguf/affine.h"
-#include "gguf/cli.h"
-#include "gguf/codecs.h"
-#include "gguf/error.h"
-#include "gguf/escape.h"
-#include "gguf/exact.h"
-#include "gguf/requant.h"
+#include "gguf/base/error.h"
+#include "gguf/base/escape.h"
+#include "gguf/cli/cli.h"
+#include "gguf/codecs/codecs.h"
+#include "gguf/ops/affine.h"
+#include "gguf/ops/exact.h"
+#include "gguf/ops/requant.h"
 
 namespace po = boost::program_options;
 

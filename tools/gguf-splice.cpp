@@ -6,10 +6,10 @@
 #include <memory>
 #include <optional>
 
-#include "gguf/cli.h"
-#include "gguf/error.h"
-#include "gguf/escape.h"
-#include "gguf/splice.h"
+#include "gguf/base/error.h"
+#include "gguf/base/escape.h"
+#include "gguf/cli/cli.h"
+#include "gguf/ops/splice.h"
 
 namespace {
 

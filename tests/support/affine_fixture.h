@@ -12,8 +12,8 @@
 #include <string>
 #include <vector>
 
-#include "gguf/fp16.h"
-#include "gguf/safetensors.h"
+#include "gguf/base/fp16.h"
+#include "gguf/inputs/safetensors.h"
 
 namespace gguf::testing {
 

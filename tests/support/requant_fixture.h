@@ -7,8 +7,8 @@
 #include <vector>
 
 #include "cli_run.h"
-#include "gguf/synth.h"
-#include "gguf/writer.h"
+#include "gguf/ops/synth.h"
+#include "gguf/write/writer.h"
 
 namespace gguf::testing {
 

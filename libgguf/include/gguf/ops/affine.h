@@ -1,0 +1,149 @@
+// Lossless import of packed-affine safetensors (DESIGN.md, "Packed-affine safetensors"): each
+// packed tensor's values, float(code) * float(scale) + float(min) in fp32, are moved into a
+// standard ggml type that reconstructs exactly the same floats (q4_1 for codes of up to 4 bits,
+// q5_1 up to 5; f32 always), then proven by reading the written file back.
+//
+// Why it is exact: q4_1 and q5_1 blocks hold 32 codes with an f16 scale d and an f16 min m and
+// decode as float(q) * d + m in fp32. With a group a multiple of 32, every block lies in one
+// group, so d and m are that group's scale and min, bit for bit, and q is the code. The product
+// of a code below 2^5 and an f16 scale (11 significant bits) is exact in fp32, so a fused or
+// unfused multiply-add rounds the same single sum.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "gguf/format/model.h"
+#include "gguf/format/types.h"
+#include "gguf/inputs/safetensors.h"
+#include "gguf/write/plan.h"
+#include "gguf/write/writer.h"
+
+namespace gguf {
+
+// One entry of the packed_affine metadata, checked against the file.
+struct PackedAffineTensor {
+  std::string name;
+  unsigned bits = 0;           // 1..8
+  uint64_t group = 0;          // columns per scale/min pair
+  std::vector<int64_t> shape;  // row-major, outermost first; the last dimension is the columns
+  const SafetensorsTensor* codes = nullptr;   // U8, ceil(n * bits / 8) bytes
+  const SafetensorsTensor* scales = nullptr;  // F16, shape with the last dimension cols / group
+  const SafetensorsTensor* mins = nullptr;    // F16, same shape as scales
+  uint64_t rows = 0, cols = 0;
+  uint64_t entry_offset = 0;  // where errors about it point: its entry in the header
+};
+
+// Parses __metadata__["packed_affine"] (absent: no packed tensors) and checks every entry
+// against the file: version 1; bits 1-8; a group that divides the columns; codes, scales and
+// mins present with the right dtype and size; no packed name that is also a tensor of the file.
+// Throws gguf::Error naming the file, the tensor and the byte of its header entry.
+std::vector<PackedAffineTensor> packed_affine_tensors(const SafetensorsFile& file);
+
+// The reconstructed values of elements [first, first + count) (row-major order): code * scale
+// + min in fp32, unfused, straight from the file's codes, scales and mins (the definition, kept
+// apart from the block packing below so that the proof does not check the packer against
+// itself). out.size() == count.
+void affine_values(const SafetensorsFile& file, const PackedAffineTensor& t, uint64_t first,
+                   uint64_t count, std::span<float> out);
+
+// Writes elements [first, first + count) as `type` (q4_1, q5_1 or f32) into out: whole blocks
+// (first and count multiples of 32) for q4_1 and q5_1. Throws when the type cannot hold the
+// tensor exactly (too many bits, a group that is not a multiple of 32).
+void affine_to_type(const SafetensorsFile& file, const PackedAffineTensor& t, GgmlType type,
+                    uint64_t first, uint64_t count, std::span<uint8_t> out);
+
+// Drops the pages of the codes, scales and mins of elements [first, first + count) from this
+// process (they stay in the page cache), so a 100 GB import keeps a bounded resident set.
+void release_affine_input(const SafetensorsFile& file, const PackedAffineTensor& t, uint64_t first,
+                          uint64_t count);
+
+// The type a packed tensor goes to: `requested` when it holds the values exactly, otherwise
+// (or with no request) nullopt and why in `why`; without a request, the smallest exact type.
+std::optional<GgmlType> affine_target(const PackedAffineTensor& t,
+                                      std::optional<GgmlType> requested, std::string& why);
+
+// The ggml type a plain safetensors dtype maps to byte for byte, or nullopt.
+std::optional<GgmlType> ggml_type_of_dtype(std::string_view dtype);
+
+struct ImportOptions {
+  std::optional<GgmlType> type;  // q4_1, q5_1 or f32 for every packed tensor; none: smallest
+  // Start from this GGUF: its metadata, and its tensors in its order, each replaced by the
+  // import's tensor of the same name (same shape required); the import's other tensors follow.
+  const Model* base = nullptr;
+  unsigned threads = 1;  // for making the payloads and for the proof
+};
+
+struct ImportRow {
+  std::string name;
+  std::string source;       // path the payload comes from
+  std::string type_before;  // "affine" for packed tensors, else a ggml type name
+  uint32_t type_after = 0;
+  std::vector<int64_t> shape;  // ggml ne order
+  uint64_t bytes_before = 0, bytes_after = 0;
+  std::string action;  // "copy" | "encode" (packed, to q4_1/q5_1) | "decode" (packed, to f32)
+  unsigned bits = 0;   // packed tensors only
+  uint64_t group = 0;
+  bool from_base = false;  // copied from the base GGUF
+  // Index into packed (packed tensors) or the safetensors tensor (plain ones), for the proof.
+  const PackedAffineTensor* packed = nullptr;
+  const SafetensorsTensor* plain = nullptr;
+};
+
+struct ImportResult {
+  Plan plan;
+  std::vector<PackedAffineTensor> packed;  // rows point into this; do not copy the result
+  std::vector<ImportRow> rows;
+  std::vector<std::string> inputs;
+  uint64_t bytes_before = 0, bytes_after = 0;
+  std::vector<std::string> notes;
+  ImportResult() = default;
+  ImportResult(const ImportResult&) = delete;
+  ImportResult& operator=(const ImportResult&) = delete;
+  ImportResult(ImportResult&&) = default;
+};
+
+// Builds the plan. Throws gguf::Error naming the tensor for anything that cannot be moved
+// exactly: no silent fallback to a lossy type.
+ImportResult import_safetensors(const SafetensorsFile& file, const ImportOptions& options);
+
+struct ImportProof {
+  uint64_t tensors = 0;  // imported tensors read back and compared
+  uint64_t values = 0;   // of them, packed values compared bit for bit
+  uint64_t bytes = 0;    // of them, plain payload bytes compared
+};
+
+// Reads the written output (a Model opened by the validated reader, e.g. the one
+// WriteOptions::before_commit hands over before the output reaches its path; or the file at
+// output_path, a split set through its first shard), decodes every imported packed tensor with the
+// ggml-exact decoder and compares the float bits with affine_values(); compares plain tensors byte
+// for byte. Throws gguf::Error naming the output (names[shard] when given: the paths the shards
+// will have), the tensor, the element and both values at the first difference.
+ImportProof prove_import(const SafetensorsFile& file, const ImportResult& result,
+                         const Model& written, unsigned threads = 1,
+                         std::span<const std::string> names = {});
+ImportProof prove_import(const SafetensorsFile& file, const ImportResult& result,
+                         const std::string& output_path, unsigned threads = 1);
+
+std::string render_import_text(const ImportResult& r, const WriteResult* written,
+                               const ImportProof* proof);
+std::string render_import_json(const ImportResult& r, const WriteResult* written,
+                               const ImportProof* proof);
+
+// The other direction, for examples and tests: an in-house-style affine quantizer. Each group of
+// `group` columns of each row gets min = its smallest value and scale = (max - min) /
+// (2^bits - 1), both rounded to f16, and codes round((x - min) / scale) clamped to the width.
+// Returns a packed_affine safetensors file holding the tensors under their names, shapes
+// reversed from ggml order, codes / scales / mins named NAME.codes, NAME.scales, NAME.mins.
+struct AffineSource {
+  std::string name;
+  std::vector<int64_t> ne;  // ggml order; ne[0] must be a multiple of group
+  std::vector<float> values;
+};
+std::vector<uint8_t> pack_affine_safetensors(const std::vector<AffineSource>& tensors,
+                                             unsigned bits, uint64_t group);
+
+}  // namespace gguf

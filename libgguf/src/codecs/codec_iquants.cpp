@@ -1,0 +1,293 @@
+// Codecs of the i-quant family (IQ1_S .. IQ4_XS): lattice-grid and non-linear 4-bit formats.
+// Decoders reproduce ggml's dequantize_row_iq* bit for bit, including the order of float ops.
+#include <bit>
+#include <cstring>
+
+#include "codecs/codec_iquant_tables.h"
+#include "codecs/codec_iquants_encode.h"
+#include "codecs/codec_kquants_common.h"
+#include "codecs/codec_registry.h"
+#include "gguf/base/fp16.h"
+
+namespace gguf::detail {
+namespace {
+
+static_assert(std::endian::native == std::endian::little, "blocks are read as little-endian");
+
+constexpr int kQK = 256;  // super-block size of every IQ type except IQ4_NL
+
+struct BlockIq2Xxs {
+  uint16_t d;
+  uint8_t qs[64];  // per 32 values: 4 grid indices, then 4x7 sign bits and a 4-bit scale
+};
+static_assert(sizeof(BlockIq2Xxs) == 66);
+
+struct BlockIq2Xs {
+  uint16_t d;
+  uint16_t qs[32];    // 9-bit grid index, 7 sign bits
+  uint8_t scales[8];  // two 4-bit scales per 32 values
+};
+static_assert(sizeof(BlockIq2Xs) == 74);
+
+struct BlockIq2S {
+  uint16_t d;
+  uint8_t qs[32];  // low 8 bits of the grid indices
+  uint8_t signs[32];
+  uint8_t qh[8];  // high 2 bits of the grid indices, four per byte
+  uint8_t scales[8];
+};
+static_assert(sizeof(BlockIq2S) == 82);
+
+struct BlockIq3Xxs {
+  uint16_t d;
+  uint8_t qs[64];            // grid indices, 4 values each
+  uint8_t scales_signs[32];  // per 32 values: 4x7 sign bits and a 4-bit scale
+};
+static_assert(sizeof(BlockIq3Xxs) == 98);
+
+struct BlockIq3S {
+  uint16_t d;
+  uint8_t qs[64];  // low 8 bits of the grid indices
+  uint8_t qh[8];   // ninth bit of the grid indices
+  uint8_t signs[32];
+  uint8_t scales[4];  // two 4-bit scales per 64 values
+};
+static_assert(sizeof(BlockIq3S) == 110);
+
+struct BlockIq1S {
+  uint16_t d;
+  uint8_t qs[32];  // low 8 bits of the grid indices
+  uint16_t qh[8];  // per 32 values: 4x3 index bits, 3-bit scale, delta sign
+};
+static_assert(sizeof(BlockIq1S) == 50);
+
+struct BlockIq1M {
+  uint8_t qs[32];     // low 8 bits of the grid indices
+  uint8_t qh[16];     // per 16 values: 2x(3 index bits, delta sign)
+  uint8_t scales[8];  // 3-bit scales; the top nibbles of the four u16 hold the fp16 scale
+};
+static_assert(sizeof(BlockIq1M) == 56);
+
+constexpr int kQK4Nl = 32;
+struct BlockIq4Nl {
+  uint16_t d;
+  uint8_t qs[16];
+};
+static_assert(sizeof(BlockIq4Nl) == 18);
+
+struct BlockIq4Xs {
+  uint16_t d;
+  uint16_t scales_h;    // high 2 bits of the eight 6-bit scales
+  uint8_t scales_l[4];  // low 4 bits of the eight 6-bit scales
+  uint8_t qs[128];
+};
+static_assert(sizeof(BlockIq4Xs) == 136);
+
+template <class Block>
+Block load_block(const uint8_t* src, int64_t i) {
+  Block b;
+  std::memcpy(&b, src + i * static_cast<int64_t>(sizeof(Block)), sizeof(Block));
+  return b;
+}
+
+// scale * magnitude, negated when sign bit j is set. Negating after the multiply (as ggml's
+// compiled "* -1.f" does) also flips the sign of a NaN scale, which scaling a negative
+// magnitude would not.
+inline float scaled(float scale, uint8_t mag, uint8_t signs, int j) {
+  const float v = scale * static_cast<float>(mag);
+  return ((signs >> j) & 1) ? -v : v;
+}
+
+inline uint32_t read_u32(const uint8_t* p) {
+  uint32_t v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+
+inline uint16_t read_u16(const uint8_t* p) {
+  uint16_t v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+
+void decode_iq2_xxs(const uint8_t* src, float* y, int64_t n) {
+  for (int64_t i = 0; i < n / kQK; ++i) {
+    const auto b = load_block<BlockIq2Xxs>(src, i);
+    const float d = fp16_to_fp32(b.d);
+    for (int ib = 0; ib < 8; ++ib) {
+      const uint8_t* q = b.qs + 8 * ib;
+      const uint32_t meta = read_u32(q + 4);
+      const float db = d * (0.5f + static_cast<float>(meta >> 28)) * 0.25f;
+      for (int l = 0; l < 4; ++l) {
+        const uint64_t point = iq::kIq2XxsGrid[q[l]];
+        const uint8_t signs = iq::kSignsIq2[(meta >> (7 * l)) & 127];
+        for (int j = 0; j < 8; ++j) *y++ = scaled(db, iq::grid_byte(point, j), signs, j);
+      }
+    }
+  }
+}
+
+void decode_iq2_xs(const uint8_t* src, float* y, int64_t n) {
+  for (int64_t i = 0; i < n / kQK; ++i) {
+    const auto b = load_block<BlockIq2Xs>(src, i);
+    const float d = fp16_to_fp32(b.d);
+    for (int ib = 0; ib < 8; ++ib) {
+      const float db[2] = {d * (0.5f + static_cast<float>(b.scales[ib] & 0xf)) * 0.25f,
+                           d * (0.5f + static_cast<float>(b.scales[ib] >> 4)) * 0.25f};
+      for (int l = 0; l < 4; ++l) {
+        const uint16_t code = b.qs[4 * ib + l];
+        const uint64_t point = iq::kIq2XsGrid[code & 511];
+        const uint8_t signs = iq::kSignsIq2[code >> 9];
+        for (int j = 0; j < 8; ++j) *y++ = scaled(db[l / 2], iq::grid_byte(point, j), signs, j);
+      }
+    }
+  }
+}
+
+void decode_iq2_s(const uint8_t* src, float* y, int64_t n) {
+  for (int64_t i = 0; i < n / kQK; ++i) {
+    const auto b = load_block<BlockIq2S>(src, i);
+    const float d = fp16_to_fp32(b.d);
+    for (int ib = 0; ib < 8; ++ib) {
+      const float db[2] = {d * (0.5f + static_cast<float>(b.scales[ib] & 0xf)) * 0.25f,
+                           d * (0.5f + static_cast<float>(b.scales[ib] >> 4)) * 0.25f};
+      for (int l = 0; l < 4; ++l) {
+        const unsigned index = b.qs[4 * ib + l] | (((b.qh[ib] >> (2 * l)) & 3u) << 8);
+        const uint64_t point = iq::kIq2SGrid[index];
+        const uint8_t signs = b.signs[4 * ib + l];
+        for (int j = 0; j < 8; ++j) *y++ = scaled(db[l / 2], iq::grid_byte(point, j), signs, j);
+      }
+    }
+  }
+}
+
+void decode_iq3_xxs(const uint8_t* src, float* y, int64_t n) {
+  for (int64_t i = 0; i < n / kQK; ++i) {
+    const auto b = load_block<BlockIq3Xxs>(src, i);
+    const float d = fp16_to_fp32(b.d);
+    for (int ib = 0; ib < 8; ++ib) {
+      const uint32_t meta = read_u32(b.scales_signs + 4 * ib);
+      const float db = d * (0.5f + static_cast<float>(meta >> 28)) * 0.5f;
+      for (int l = 0; l < 4; ++l) {
+        const uint8_t signs = iq::kSignsIq2[(meta >> (7 * l)) & 127];
+        const uint64_t lo = iq::kIq3XxsGrid[b.qs[8 * ib + 2 * l]];
+        const uint64_t hi = iq::kIq3XxsGrid[b.qs[8 * ib + 2 * l + 1]];
+        const uint64_t point = lo | (hi << 32);
+        for (int j = 0; j < 8; ++j) *y++ = scaled(db, iq::grid_byte(point, j), signs, j);
+      }
+    }
+  }
+}
+
+void decode_iq3_s(const uint8_t* src, float* y, int64_t n) {
+  for (int64_t i = 0; i < n / kQK; ++i) {
+    const auto b = load_block<BlockIq3S>(src, i);
+    const float d = fp16_to_fp32(b.d);
+    for (int ib = 0; ib < 8; ++ib) {
+      const unsigned s = (b.scales[ib / 2] >> (4 * (ib % 2))) & 0xf;
+      const float db = d * static_cast<float>(1 + 2 * static_cast<int>(s));
+      const uint8_t qh = b.qh[ib];
+      for (int l = 0; l < 4; ++l) {
+        const unsigned i0 = b.qs[8 * ib + 2 * l] | (((qh >> (2 * l)) & 1u) << 8);
+        const unsigned i1 = b.qs[8 * ib + 2 * l + 1] | (((qh >> (2 * l + 1)) & 1u) << 8);
+        const uint64_t point = iq::kIq3SGrid[i0] | (static_cast<uint64_t>(iq::kIq3SGrid[i1]) << 32);
+        const uint8_t signs = b.signs[4 * ib + l];
+        for (int j = 0; j < 8; ++j) *y++ = scaled(db, iq::grid_byte(point, j), signs, j);
+      }
+    }
+  }
+}
+
+// IQ1 grid bytes are signed (-1, 0, +1); value = scale * (grid + delta). The decoders are also
+// built for AVX2 (GGUF_DECODE_CLONES), where their inner loops vectorize.
+GGUF_DECODE_CLONES void decode_iq1_s(const uint8_t* src, float* y, int64_t n) {
+  for (int64_t i = 0; i < n / kQK; ++i) {
+    const auto b = load_block<BlockIq1S>(src, i);
+    const float d = fp16_to_fp32(b.d);
+    for (int ib = 0; ib < 8; ++ib) {
+      const uint16_t qh = b.qh[ib];
+      const float dl = d * static_cast<float>(2 * ((qh >> 12) & 7) + 1);
+      const float delta = (qh & 0x8000) ? -iq::kIq1Delta : iq::kIq1Delta;
+      for (int l = 0; l < 4; ++l) {
+        // The point's 8 signed levels as bytes, so the loop below vectorizes (same arithmetic).
+        int8_t level[8];
+        std::memcpy(level, &iq::kIq1SGrid[b.qs[4 * ib + l] | (((qh >> (3 * l)) & 7u) << 8)], 8);
+        for (int j = 0; j < 8; ++j) y[j] = dl * (static_cast<float>(level[j]) + delta);
+        y += 8;
+      }
+    }
+  }
+}
+
+GGUF_DECODE_CLONES void decode_iq1_m(const uint8_t* src, float* y, int64_t n) {
+  for (int64_t i = 0; i < n / kQK; ++i) {
+    const auto b = load_block<BlockIq1M>(src, i);
+    uint16_t sc[4];
+    for (int k = 0; k < 4; ++k) sc[k] = read_u16(b.scales + 2 * k);
+    // The fp16 super-block scale is spread over the top nibbles of the four scale words.
+    const uint16_t d16 = static_cast<uint16_t>((sc[0] >> 12) | ((sc[1] >> 8) & 0x00f0) |
+                                               ((sc[2] >> 4) & 0x0f00) | (sc[3] & 0xf000));
+    const float d = fp16_to_fp32(d16);
+    for (int ib = 0; ib < 8; ++ib) {
+      const unsigned word = sc[ib / 2] >> (6 * (ib % 2));
+      const float dl[2] = {d * static_cast<float>(2 * (word & 7) + 1),
+                           d * static_cast<float>(2 * ((word >> 3) & 7) + 1)};
+      for (int l = 0; l < 4; ++l) {
+        // Each qh byte serves two groups of 8: bits 0-2 / 4-6 extend the index, bit 3 / 7 is the
+        // delta sign.
+        const unsigned h = b.qh[2 * ib + l / 2] >> (4 * (l % 2));
+        int8_t level[8];
+        std::memcpy(level, &iq::kIq1SGrid[b.qs[4 * ib + l] | ((h & 7u) << 8)], 8);
+        const float delta = (h & 8) ? -iq::kIq1Delta : iq::kIq1Delta, scale = dl[l / 2];
+        for (int j = 0; j < 8; ++j) y[j] = scale * (static_cast<float>(level[j]) + delta);
+        y += 8;
+      }
+    }
+  }
+}
+
+void decode_iq4_nl(const uint8_t* src, float* y, int64_t n) {
+  for (int64_t i = 0; i < n / kQK4Nl; ++i) {
+    const auto b = load_block<BlockIq4Nl>(src, i);
+    const float d = fp16_to_fp32(b.d);
+    for (int j = 0; j < 16; ++j) {
+      y[j] = d * static_cast<float>(iq::kValuesIq4Nl[b.qs[j] & 0xf]);
+      y[j + 16] = d * static_cast<float>(iq::kValuesIq4Nl[b.qs[j] >> 4]);
+    }
+    y += kQK4Nl;
+  }
+}
+
+void decode_iq4_xs(const uint8_t* src, float* y, int64_t n) {
+  for (int64_t i = 0; i < n / kQK; ++i) {
+    const auto b = load_block<BlockIq4Xs>(src, i);
+    const float d = fp16_to_fp32(b.d);
+    for (int ib = 0; ib < 8; ++ib) {
+      const int ls = static_cast<int>(((b.scales_l[ib / 2] >> (4 * (ib % 2))) & 0xf) |
+                                      (((b.scales_h >> (2 * ib)) & 3) << 4));
+      const float dl = d * static_cast<float>(ls - 32);
+      const uint8_t* q = b.qs + 16 * ib;
+      for (int j = 0; j < 16; ++j) {
+        y[j] = dl * static_cast<float>(iq::kValuesIq4Nl[q[j] & 0xf]);
+        y[j + 16] = dl * static_cast<float>(iq::kValuesIq4Nl[q[j] >> 4]);
+      }
+      y += 32;
+    }
+  }
+}
+
+}  // namespace
+
+void register_iquant_codecs(CodecTable& t) {
+  entry(t, GgmlType::IQ2_XXS) = {decode_iq2_xxs, iq::encode_iq2_xxs};
+  entry(t, GgmlType::IQ2_XS) = {decode_iq2_xs, iq::encode_iq2_xs};
+  entry(t, GgmlType::IQ2_S) = {decode_iq2_s, iq::encode_iq2_s};
+  entry(t, GgmlType::IQ3_XXS) = {decode_iq3_xxs, iq::encode_iq3_xxs};
+  entry(t, GgmlType::IQ3_S) = {decode_iq3_s, iq::encode_iq3_s};
+  entry(t, GgmlType::IQ1_S) = {decode_iq1_s, iq::encode_iq1_s};
+  entry(t, GgmlType::IQ1_M) = {decode_iq1_m, iq::encode_iq1_m};
+  entry(t, GgmlType::IQ4_NL) = {decode_iq4_nl, iq::encode_iq4_nl};
+  entry(t, GgmlType::IQ4_XS) = {decode_iq4_xs, iq::encode_iq4_xs};
+}
+
+}  // namespace gguf::detail

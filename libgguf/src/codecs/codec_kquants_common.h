@@ -1,0 +1,205 @@
+// Internal to the k-quant codecs: block layouts of q2_K..q8_K, ggml's rounding, and the
+// scale searches the encoders share (implemented in codec_kquants_search.cpp).
+#pragma once
+
+// Decoders also get an AVX2 clone, chosen when the program loads: the same IEEE multiplies and
+// subtracts in the same order (contraction is off, so no FMA), eight lanes instead of four.
+#if defined(__x86_64__) && defined(__has_attribute) && !defined(GGUF_NO_DECODE_CLONES)
+#if __has_attribute(target_clones)
+#define GGUF_DECODE_CLONES __attribute__((target_clones("avx2", "default")))
+#endif
+#endif
+#ifndef GGUF_DECODE_CLONES
+#define GGUF_DECODE_CLONES
+#endif
+
+#include <bit>
+#include <cstdint>
+#include <cstring>
+
+#include "gguf/base/fp16.h"
+
+namespace gguf::detail::kq {
+
+inline constexpr int kQK = 256;  // elements per super-block (ggml's QK_K)
+// Below this magnitude ggml treats a group as all zero.
+inline constexpr float kGroupMaxEps = 1e-15f;
+
+// Scales of 16 groups: low nibble scale, high nibble min. Value = d*sc*q - dmin*m.
+struct BlockQ2_K {
+  uint8_t scales[kQK / 16];
+  uint8_t qs[kQK / 4];  // 2-bit quants, four 32-element planes per 128 elements
+  uint16_t d;           // fp16
+  uint16_t dmin;        // fp16
+};
+static_assert(sizeof(BlockQ2_K) == 84);
+
+// 16 groups with 6-bit signed scales (biased by 32); value = d*(sc-32)*(q-4).
+struct BlockQ3_K {
+  uint8_t hmask[kQK / 8];  // bit 2 of each quant; bit b of byte m covers element 32*b + m
+  uint8_t qs[kQK / 4];     // low two bits, same plane layout as q2_K
+  uint8_t scales[12];      // 16 x 6 bits: low nibbles in [0, 8), high pairs in [8, 12)
+  uint16_t d;              // fp16
+};
+static_assert(sizeof(BlockQ3_K) == 110);
+
+// 8 groups of 32 with 6-bit scales and mins packed into 12 bytes; value = d*sc*q - dmin*m.
+struct BlockQ4_K {
+  uint16_t d;
+  uint16_t dmin;
+  uint8_t scales[12];
+  uint8_t qs[kQK / 2];  // nibbles: low = element l, high = element l + 32 of each 64
+};
+static_assert(sizeof(BlockQ4_K) == 144);
+
+// Like q4_K plus a fifth bit per quant.
+struct BlockQ5_K {
+  uint16_t d;
+  uint16_t dmin;
+  uint8_t scales[12];
+  uint8_t qh[kQK / 8];  // bit 2k: element 64k + l, bit 2k+1: element 64k + 32 + l
+  uint8_t qs[kQK / 2];
+};
+static_assert(sizeof(BlockQ5_K) == 176);
+
+// 16 groups with int8 scales; value = d*sc*(q-32), q 6 bits.
+struct BlockQ6_K {
+  uint8_t ql[kQK / 2];
+  uint8_t qh[kQK / 4];
+  int8_t scales[kQK / 16];
+  uint16_t d;
+};
+static_assert(sizeof(BlockQ6_K) == 210);
+
+// Activation type: fp32 scale, int8 quants, per-16 sums of the quants.
+struct BlockQ8_K {
+  float d;
+  int8_t qs[kQK];
+  int16_t bsums[kQK / 16];
+};
+static_assert(sizeof(BlockQ8_K) == 292);
+
+// Payload bytes may sit at any alignment: blocks are copied, never cast in place.
+template <class Block>
+inline Block load_block(const uint8_t* src) {
+  Block b;
+  std::memcpy(&b, src, sizeof(Block));
+  return b;
+}
+template <class Block>
+inline void store_block(const Block& b, uint8_t* dst) {
+  std::memcpy(dst, &b, sizeof(Block));
+}
+
+// a + b with the NaN ggml's build returns when both are NaN: a's (quieted). nearest_int turns a
+// NaN's payload into a code, so which NaN survives matters. In q2_K's requantize it is x's in
+// ggml's build, and a vectorised add of ours may take its operands either way round. (q4_K and
+// q5_K keep the plain x + dm: there our -O3 build and ggml's agree, and a test holds them to it.)
+inline float add_keeping_nan_of(float a, float b) {
+  return a != a ? std::bit_cast<float>(std::bit_cast<uint32_t>(a) | 0x00400000u) : a + b;
+}
+
+// ggml's nearest_int: adding 1.5*2^23 rounds half to even for |f| < 2^22. Outside that range
+// the result is garbage, but ggml's bytes depend on exactly this garbage, so keep the trick.
+inline int nearest_int(float f) {
+  const float biased = f + 12582912.0f;
+  return static_cast<int>(std::bit_cast<uint32_t>(biased) & 0x007FFFFFu) - 0x00400000;
+}
+
+// The 6-bit scale and min of group j (0..7) of q4_K/q5_K.
+inline void unpack_scale_min(int j, const uint8_t* s, uint8_t& sc, uint8_t& m) {
+  if (j < 4) {
+    sc = s[j] & 63;
+    m = s[j + 4] & 63;
+  } else {
+    sc = static_cast<uint8_t>((s[j + 4] & 0xF) | ((s[j - 4] >> 6) << 4));
+    m = static_cast<uint8_t>((s[j + 4] >> 4) | ((s[j] >> 6) << 4));
+  }
+}
+
+// Inverse of unpack_scale_min for all 8 groups. Values are written as given (not masked to 6
+// bits) because one ggml path stores unclamped scales and the overflow is part of its bytes.
+inline void pack_scales_mins(const uint8_t* ls, const uint8_t* lm, uint8_t* s) {
+  for (int j = 0; j < 4; ++j) {
+    s[j] = ls[j];
+    s[j + 4] = lm[j];
+  }
+  for (int j = 4; j < 8; ++j) {
+    s[j + 4] = static_cast<uint8_t>((ls[j] & 0xF) | ((lm[j] & 0xF) << 4));
+    s[j - 4] |= static_cast<uint8_t>((ls[j] >> 4) << 6);
+    s[j] |= static_cast<uint8_t>((lm[j] >> 4) << 6);
+  }
+}
+
+// q3_K's 16 six-bit scales (given biased, 0..63) into 12 bytes.
+inline void pack_q3_scales(const int* l, uint8_t* s) {
+  std::memset(s, 0, 12);
+  for (int j = 0; j < 16; ++j) {
+    if (j < 8)
+      s[j] = static_cast<uint8_t>(l[j] & 0xF);
+    else
+      s[j - 8] |= static_cast<uint8_t>((l[j] & 0xF) << 4);
+    s[j % 4 + 8] |= static_cast<uint8_t>((l[j] >> 4) << (2 * (j / 4)));
+  }
+}
+
+// The signed scale (-32..31) of group j of q3_K.
+inline int unpack_q3_scale(int j, const uint8_t* s) {
+  const int low = j < 8 ? (s[j] & 0xF) : (s[j - 8] >> 4);
+  return (low | (((s[8 + j % 4] >> (2 * (j / 4))) & 3) << 4)) - 32;
+}
+
+// ---- Scale searches (each named after the ggml routine whose results it reproduces) ----
+// search_symmetric and search_affine evaluate the candidate scales side by side in SIMD lanes
+// (codec_kquants_search_simd.cpp); the *_scalar forms are the straightforward originals and
+// must give identical results.
+
+// make_qx_quants with rmse_type 1: symmetric codes L in [0, 2*nmax) (biased by nmax), weights
+// w (x^2 when null); returns the scale.
+float search_symmetric(int n, int nmax, const float* x, const float* w, int8_t* L);
+float search_symmetric_scalar(int n, int nmax, const float* x, const float* w, int8_t* L);
+
+// make_q3_quants with do_rmse: q3_K's reference search, weights x^2, nmax 4.
+float search_q3(const float* x, int8_t* L);
+// One coordinate-descent pass of search_q3 over a group (signed codes -4..3); returns how many
+// codes changed.
+int q3_descent_pass(const float* x, int8_t* L, float& sumlx, float& suml2);
+// search_q3 for all 16 groups of a super-block at once (lane per group): codes L[256], scales[16].
+void search_q3_block(const float* x, int8_t* L, float* scales);
+
+// make_qkx2_quants / make_qkx3_quants (identical for non-null weights): affine codes L in
+// [0, nmax] for value = scale*L - min; sets *neg_min to the (non-negative) min.
+struct AffineSearch {
+  float rmin, rdelta;
+  int nstep;
+  bool use_mad;
+};
+// n <= 32.
+float search_affine(int n, int nmax, const float* x, const float* w, uint8_t* L, float* neg_min,
+                    const AffineSearch& p);
+float search_affine_scalar(int n, int nmax, const float* x, const float* w, uint8_t* L,
+                           float* neg_min, const AffineSearch& p);
+
+// make_qp_quants: codes L in [0, nmax] for non-negative x (the group scales of a super-block).
+float search_positive(int n, int nmax, const float* x, uint8_t* L, const float* w);
+
+// ---- Per-type row codecs (n a multiple of kQK) ----
+void encode_q2_K_ref(const float* x, uint8_t* dst, int64_t n);
+void encode_q2_K_imatrix(const float* x, uint8_t* dst, int64_t n, const float* qw);
+void decode_q2_K(const uint8_t* src, float* y, int64_t n);
+void encode_q3_K_ref(const float* x, uint8_t* dst, int64_t n);
+void encode_q3_K_imatrix(const float* x, uint8_t* dst, int64_t n, const float* qw);
+void decode_q3_K(const uint8_t* src, float* y, int64_t n);
+void encode_q4_K_ref(const float* x, uint8_t* dst, int64_t n);
+void encode_q4_K_imatrix(const float* x, uint8_t* dst, int64_t n, const float* qw);
+void decode_q4_K(const uint8_t* src, float* y, int64_t n);
+void encode_q5_K_ref(const float* x, uint8_t* dst, int64_t n);
+void encode_q5_K_imatrix(const float* x, uint8_t* dst, int64_t n, const float* qw);
+void decode_q5_K(const uint8_t* src, float* y, int64_t n);
+void encode_q6_K_ref(const float* x, uint8_t* dst, int64_t n);
+void encode_q6_K_imatrix(const float* x, uint8_t* dst, int64_t n, const float* qw);
+void decode_q6_K(const uint8_t* src, float* y, int64_t n);
+void encode_q8_K(const float* x, uint8_t* dst, int64_t n);
+void decode_q8_K(const uint8_t* src, float* y, int64_t n);
+
+}  // namespace gguf::detail::kq
