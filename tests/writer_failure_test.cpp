@@ -26,7 +26,7 @@
 #include "gguf/format/file.h"
 #include "gguf/format/model.h"
 #include "gguf/write/writer.h"
-#include "write/writer_internal.h"
+#include "io/output_file.h"
 #include "writer_test_util.h"
 
 namespace gguf {

@@ -19,11 +19,12 @@
 #include <system_error>
 #include <thread>
 
+#include "base/errno_text.h"
 #include "gguf/base/error.h"
 #include "gguf/base/escape.h"
 #include "gguf/format/json.h"
 #include "io/mapped_registry.h"
-#include "write/writer_internal.h"
+#include "io/output_file.h"
 
 namespace gguf::cli {
 

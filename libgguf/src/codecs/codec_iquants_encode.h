@@ -1,4 +1,4 @@
-// Internal: the i-quant encoders (codec_iquants_encode.cpp), registered by codec_iquants.cpp.
+// Internal: the i-quant encoders (codec_iquants_encode_*.cpp), registered by codec_iquants.cpp.
 #pragma once
 
 #include <cstdint>

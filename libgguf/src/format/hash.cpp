@@ -11,8 +11,9 @@
 #include <thread>
 #include <vector>
 
+#include "base/xxh3.h"
 #include "gguf/io/source.h"
-#include "write/writer_internal.h"
+#include "write/serialize.h"
 
 namespace gguf {
 
@@ -26,16 +27,14 @@ uint64_t hash_payload(const TensorRef& t, const std::function<bool(uint64_t)>& p
   const uint64_t size = t.data().size();
   constexpr uint64_t kPiece = uint64_t{1} << 20;
   thread_local std::vector<uint8_t> buf;
-  const std::unique_ptr<XXH3_state_t, decltype(&XXH3_freeState)> state(XXH3_createState(),
-                                                                       XXH3_freeState);
-  XXH3_64bits_reset(state.get());
+  detail::Xxh3 hash;
   for (uint64_t off = 0; off < size; off += kPiece) {
     const auto piece =
         t.file->source().stream(t.data_start() + off, std::min(kPiece, size - off), buf);
-    XXH3_64bits_update(state.get(), piece.data(), piece.size());
+    hash.update(piece);
     if (!piece_done(piece.size())) break;
   }
-  return XXH3_64bits_digest(state.get());
+  return hash.digest();
 }
 
 std::vector<uint64_t> hash_tensors(const Model& model, const std::vector<size_t>& indices,

@@ -9,7 +9,7 @@
 #include <unordered_map>
 
 #include "gguf/base/escape.h"
-#include "write/writer_internal.h"
+#include "io/output_file.h"
 
 namespace gguf {
 

@@ -1,6 +1,8 @@
 // The writer's output file: an unnamed file (O_TMPFILE) in the final path's directory, or a
 // named temp file where that is not supported, written with plain write() and
 // copy_file_range(), fsync'd, then named and renamed into place; removed on any failure.
+#include "io/output_file.h"
+
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <sys/stat.h>
@@ -15,9 +17,9 @@
 #include <fstream>
 #include <random>
 
+#include "base/errno_text.h"
 #include "gguf/base/error.h"
 #include "gguf/base/escape.h"
-#include "write/writer_internal.h"
 
 namespace gguf::detail {
 namespace {
@@ -340,6 +342,28 @@ void sync_parent_directory(const std::string& path) {
     throw Error(path, {}, std::nullopt,
                 fmt::format("fsync of directory '{}' failed: {}", escape_for_terminal(dir),
                             errno_text(err)));
+}
+
+void commit_set(std::vector<std::unique_ptr<OutputFile>>& outs, bool force,
+                const std::function<void(size_t)>& committed) {
+  SignalsDeferred deferred;
+  try {
+    // A set replacing another is never left mixed, even by SIGKILL: the old files are all set
+    // aside first (the first shard last), then the new ones put in place (the first shard
+    // first). A process killed between two renames leaves one set with a shard missing, which
+    // the reader names, and the old files under hidden names beside it.
+    const bool set_aside = force && outs.size() > 1;
+    if (set_aside)
+      for (size_t i = outs.size(); i-- > 0;) outs[i]->set_aside_replaced_file();
+    for (size_t i = 0; i < outs.size(); ++i) {
+      outs[i]->commit(force, outs.size() > 1 && !set_aside);
+      if (committed) committed(i);
+    }
+  } catch (...) {
+    for (auto& out : outs) out->remove();
+    throw;
+  }
+  for (auto& out : outs) out->drop_replaced_file();
 }
 
 }  // namespace gguf::detail

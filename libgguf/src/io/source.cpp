@@ -15,10 +15,10 @@
 #include <cstring>
 #include <filesystem>
 
+#include "base/errno_text.h"
 #include "gguf/base/error.h"
 #include "gguf/base/escape.h"
 #include "io/mapped_registry.h"
-#include "write/writer_internal.h"
 
 namespace gguf {
 

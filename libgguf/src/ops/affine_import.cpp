@@ -22,7 +22,7 @@
 #include "gguf/ops/exact.h"
 #include "gguf/ops/splice.h"
 #include "gguf/write/encode.h"
-#include "write/writer_internal.h"
+#include "write/serialize.h"
 
 namespace gguf {
 namespace {

@@ -4,19 +4,19 @@
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
-#include <xxhash.h>
 
 #include <algorithm>
 #include <filesystem>
 #include <map>
 #include <new>
 
+#include "base/xxh3.h"
 #include "gguf/base/error.h"
 #include "gguf/base/escape.h"
 #include "gguf/format/hash.h"
 #include "gguf/format/names.h"
 #include "gguf/ops/check.h"
-#include "write/writer_internal.h"
+#include "write/serialize.h"
 
 namespace gguf {
 namespace {
@@ -99,16 +99,9 @@ std::string arch_text(const Model& m) {
 // xxh3-64 over the header bytes [0, header_end) of every shard, in order: identifies the
 // donor's tensor table and metadata without reading its payloads.
 uint64_t header_hash(const Model& m) {
-  XXH3_state_t* st = XXH3_createState();
-  if (!st) throw std::bad_alloc();
-  XXH3_64bits_reset(st);
-  for (const auto& f : m.shards()) {
-    const auto bytes = f->source().bytes(0, f->header_end());
-    XXH3_64bits_update(st, bytes.data(), bytes.size());
-  }
-  const uint64_t h = XXH3_64bits_digest(st);
-  XXH3_freeState(st);
-  return h;
+  detail::Xxh3 hash;
+  for (const auto& f : m.shards()) hash.update(f->source().bytes(0, f->header_end()));
+  return hash.digest();
 }
 
 struct Claim {

@@ -1,5 +1,7 @@
 // The canonical GGUF header: validation of what goes into it, the layout of the data section
 // (running sum of payload sizes padded to the alignment, in plan order), and its bytes.
+#include "write/serialize.h"
+
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
@@ -9,7 +11,6 @@
 
 #include "gguf/format/file.h"
 #include "gguf/write/writer.h"
-#include "write/writer_internal.h"
 
 namespace gguf {
 
@@ -17,13 +18,6 @@ static_assert(std::endian::native == std::endian::little,
               "the writer copies scalars as host bytes; GGUF is little-endian");
 
 namespace detail {
-
-std::string errno_text(int err) {
-  std::string s = std::strerror(err);
-  if (!s.empty() && s[0] >= 'A' && s[0] <= 'Z' && !(s.size() > 1 && s[1] >= 'A' && s[1] <= 'Z'))
-    s[0] = static_cast<char>(s[0] - 'A' + 'a');
-  return s;
-}
 
 uint64_t plan_alignment(const Metadata& metadata) {
   // The key ggml's reader takes: "general.alignment\0x" counts, so the layout written is the
