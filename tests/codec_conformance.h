@@ -12,12 +12,26 @@
 #include <string>
 #include <vector>
 
+#include "codecs/codec_simd.h"
 #include "distributions.h"
 #include "ggml_ref.h"
 #include "gguf/codecs/codecs.h"
 #include "gguf/format/types.h"
 
 namespace gguf::testing {
+
+// Within its scope the codecs run their portable paths (the AVX-512 kernels off), so tests can
+// check that both give ggml's bytes.
+class PortableCodecs {
+ public:
+  PortableCodecs() : was_(detail::codec_avx512()) { detail::set_codec_avx512(false); }
+  ~PortableCodecs() { detail::set_codec_avx512(was_); }
+  PortableCodecs(const PortableCodecs&) = delete;
+  PortableCodecs& operator=(const PortableCodecs&) = delete;
+
+ private:
+  bool was_;
+};
 
 inline int type_id(GgmlType t) { return static_cast<int>(static_cast<uint32_t>(t)); }
 

@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <optional>
 #include <vector>
 
 #include "codec_conformance.h"
@@ -299,6 +300,58 @@ TEST(codec_iquants, iq2_xxs_encode_matches_ggml) {
   GGUF_REQUIRE_GGML();
   check_encode_against_ggml(GgmlType::IQ2_XXS);
 }
+
+// The portable sweep (the AVX-512 one is what runs above where the CPU has it).
+TEST(codec_iquants, iq2_xxs_portable_encode_matches_ggml) {
+  GGUF_REQUIRE_GGML();
+  testing::PortableCodecs portable;
+  check_encode_against_ggml(GgmlType::IQ2_XXS);
+}
+
+// The two sweeps of IQ2_XXS give the same bytes on many rows, without ggml at hand.
+TEST(codec_iquants, iq2_xxs_avx512_sweep_equals_portable) {
+  if (!detail::codec_avx512()) GTEST_SKIP() << "no AVX-512 on this CPU, or GGUF_CODEC_SCALAR set";
+  int64_t blocks = 0;
+  uint64_t seed = 900;
+  for (testing::Dist d : testing::all_dists()) {
+    for (int mode = 0; mode < 3; ++mode) {
+      const auto x = testing::make_rows(d, 16, 1024, ++seed);
+      std::vector<float> imp = testing::make_importance(1024, seed);
+      if (mode == 1) imp.assign(imp.size(), 1.0f);
+      if (mode == 2)
+        std::transform(x.begin(), x.begin() + 1024, imp.begin(), [](float v) { return v * v; });
+      std::vector<uint8_t> fast(*row_bytes(GgmlType::IQ2_XXS, 1024) * 16), plain(fast.size());
+      quantize(GgmlType::IQ2_XXS, x, 16, 1024, imp, fast);
+      {
+        testing::PortableCodecs portable;
+        quantize(GgmlType::IQ2_XXS, x, 16, 1024, imp, plain);
+      }
+      ASSERT_EQ(fast, plain) << testing::dist_name(d) << ", importance mode " << mode
+                             << testing::salt_note();
+      blocks += 64;
+    }
+  }
+  EXPECT_GT(blocks, 500);
+}
+
+// Both sweeps on rows holding NaN, infinity or huge values, where ggml returns bytes.
+TEST(codec_iquants, iq2_xxs_both_sweeps_on_non_finite_rows) {
+  GGUF_REQUIRE_GGML();
+  for (bool portable : {false, true}) {
+    std::optional<testing::PortableCodecs> scope;
+    if (portable) scope.emplace();
+    for (float bad :
+         {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity(), -1e20f,
+          std::numeric_limits<float>::max()}) {
+      auto x = testing::make_rows(testing::Dist::kGaussian, 2, 256, 5);
+      x[40] = bad;
+      testing::expect_encode_matches_ggml(
+          GgmlType::IQ2_XXS, x, 2, 256, testing::make_importance(256, 5).data(),
+          fmt::format("{} sweep, a {} in the row", portable ? "portable" : "default", bad));
+    }
+  }
+}
+
 TEST(codec_iquants, iq1_s_encode_matches_ggml) {
   GGUF_REQUIRE_GGML();
   check_encode_against_ggml(GgmlType::IQ1_S);

@@ -8,10 +8,12 @@
 #include <cstddef>
 #include <cstring>
 #include <iterator>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "codec_conformance.h"
 #include "codecs/codec_kquants_common.h"
 #include "distributions.h"
 #include "ggml_ref.h"
@@ -226,17 +228,21 @@ TEST(kquants, simd_symmetric_search_equals_scalar) {
   }
 }
 
+// The configurations the encoders use (q2_K ref, q4_K ref, q5_K ref, imatrix paths), and one
+// without steps (the first guess stands).
+struct AffineConfig {
+  int n, nmax;
+  detail::kq::AffineSearch p;
+};
+constexpr AffineConfig kAffineConfigs[] = {
+    {16, 3, {-0.5f, 0.1f, 15, true}},    {32, 15, {-1.0f, 0.1f, 20, false}},
+    {32, 31, {-0.5f, 0.1f, 15, false}},  {16, 3, {-0.9f, 0.05f, 36, false}},
+    {32, 15, {-0.9f, 0.05f, 36, false}}, {32, 31, {-0.9f, 0.05f, 36, false}},
+    {16, 3, {-0.5f, 0.1f, 0, true}}};
+
 TEST(kquants, simd_affine_search_equals_scalar) {
-  using detail::kq::AffineSearch;
-  // The four configurations the encoders use (q2_K ref, q4_K ref, q5_K ref, imatrix paths).
-  const struct {
-    int n, nmax;
-    AffineSearch p;
-  } configs[] = {{16, 3, {-0.5f, 0.1f, 15, true}},    {32, 15, {-1.0f, 0.1f, 20, false}},
-                 {32, 31, {-0.5f, 0.1f, 15, false}},  {16, 3, {-0.9f, 0.05f, 36, false}},
-                 {32, 15, {-0.9f, 0.05f, 36, false}}, {32, 31, {-0.9f, 0.05f, 36, false}}};
   int checked = 0;
-  for (const auto& c : configs) {
+  for (const auto& c : kAffineConfigs) {
     for (const auto& x : search_inputs(c.n)) {
       for (int kind : {0, 1, 2, 3}) {
         const auto w = search_weights(x, kind, checked);
@@ -250,6 +256,67 @@ TEST(kquants, simd_affine_search_equals_scalar) {
         ASSERT_TRUE(same_float(ma, mb))
             << "group " << checked << ": " << ma << " vs " << mb << testing::salt_note();
         ASSERT_EQ(0, std::memcmp(a, b, c.n)) << "group " << checked << testing::salt_note();
+        ++checked;
+      }
+    }
+  }
+}
+
+// The lane-per-group AVX-512 search against the scalar one, group by group, in batches of 16
+// (q2_K's super-block) and of 8 and 5 (partly used registers).
+TEST(kquants, avx512_affine_groups_equal_scalar) {
+  if (!detail::codec_avx512()) GTEST_SKIP() << "no AVX-512 on this CPU, or GGUF_CODEC_SCALAR set";
+  int checked = 0;
+  for (const auto& c : kAffineConfigs) {
+    const auto groups = search_inputs(c.n);
+    for (int kind : {0, 1, 2, 3}) {
+      for (int batch : {16, 8, 5}) {
+        for (size_t first = 0; first + batch <= groups.size(); first += batch) {
+          std::vector<float> x;
+          for (size_t g = first; g < first + batch; ++g)
+            x.insert(x.end(), groups[g].begin(), groups[g].end());
+          const auto w = search_weights(x, kind, first);
+          uint8_t a[16 * 32];
+          float sa[16], ma[16];
+          detail::kq::search_affine_groups_avx512(batch, c.n, c.nmax, x.data(), w.data(), a, sa, ma,
+                                                  c.p);
+          for (int g = 0; g < batch; ++g) {
+            uint8_t b[32];
+            float mb = 0;
+            const float sb = detail::kq::search_affine_scalar(c.n, c.nmax, x.data() + c.n * g,
+                                                              w.data() + c.n * g, b, &mb, c.p);
+            ASSERT_TRUE(same_float(sa[g], sb) && same_float(ma[g], mb))
+                << "group " << first + g << ": scale " << sa[g] << " vs " << sb << ", min " << ma[g]
+                << " vs " << mb << testing::salt_note();
+            ASSERT_EQ(0, std::memcmp(a + c.n * g, b, c.n))
+                << "group " << first + g << testing::salt_note();
+            ++checked;
+          }
+        }
+      }
+    }
+  }
+  EXPECT_GT(checked, 10000);
+}
+
+// make_qp_quants with its trial scales in lanes against the portable loop.
+TEST(kquants, avx512_positive_search_equals_scalar) {
+  if (!detail::codec_avx512()) GTEST_SKIP() << "no AVX-512 on this CPU, or GGUF_CODEC_SCALAR set";
+  int checked = 0;
+  for (int n : {16, 32}) {
+    for (const auto& x : search_inputs(n)) {
+      for (int nmax : {4, 15, 63}) {
+        const auto w = search_weights(x, checked % 4, checked);
+        uint8_t a[32], b[32];
+        const float sa = detail::kq::search_positive(n, nmax, x.data(), a, w.data());
+        float sb = 0;
+        {
+          testing::PortableCodecs portable;
+          sb = detail::kq::search_positive(n, nmax, x.data(), b, w.data());
+        }
+        ASSERT_TRUE(same_float(sa, sb))
+            << "group " << checked << ": " << sa << " vs " << sb << testing::salt_note();
+        ASSERT_EQ(0, std::memcmp(a, b, n)) << "group " << checked << testing::salt_note();
         ++checked;
       }
     }
@@ -346,12 +413,24 @@ struct Shape {
 // contributes a similar number of blocks.
 constexpr Shape kShapes[] = {{256, 160}, {512, 48}, {4096, 6}, {11 * 256, 8}};
 
-class KquantEncode : public ::testing::TestWithParam<GgmlType> {};
+// A type, and whether its portable path runs (types with AVX-512 kernels are checked both ways).
+struct EncodeCase {
+  GgmlType type;
+  bool portable = false;
+};
+
+class KquantEncode : public ::testing::TestWithParam<EncodeCase> {
+ protected:
+  void SetUp() override {
+    if (GetParam().portable) portable_.emplace();
+  }
+  std::optional<testing::PortableCodecs> portable_;
+};
 
 TEST_P(KquantEncode, bytes_and_decoded_bits_match_ggml) {
   GGUF_REQUIRE_GGML();
   const GgmlRef& g = GgmlRef::get();
-  const GgmlType t = GetParam();
+  const GgmlType t = GetParam().type;
   const int id = static_cast<int>(t);
   const size_t block_bytes = traits(t).type_size;
   int64_t rows_checked = 0;
@@ -402,7 +481,7 @@ TEST_P(KquantEncode, bytes_and_decoded_bits_match_ggml) {
 TEST_P(KquantEncode, extreme_and_non_finite_inputs_match_ggml) {
   GGUF_REQUIRE_GGML();
   const GgmlRef& g = GgmlRef::get();
-  const GgmlType t = GetParam();
+  const GgmlType t = GetParam().type;
   const int id = static_cast<int>(t);
   const float extremes[] = {0.0f,  -0.0f,  1e-45f,   -1e-40f, 1e-38f, 3e38f,    -3e38f,
                             1e30f, 1e-30f, 65504.0f, 1e20f,   -1e15f, INFINITY, -INFINITY};
@@ -446,7 +525,7 @@ TEST_P(KquantEncode, extreme_and_non_finite_inputs_match_ggml) {
 TEST_P(KquantEncode, nan_payloads_without_weights_match_ggml) {
   GGUF_REQUIRE_GGML();
   const GgmlRef& g = GgmlRef::get();
-  const GgmlType t = GetParam();
+  const GgmlType t = GetParam().type;
   if (t == GgmlType::Q8_K) GTEST_SKIP() << "compared with ggml's _ref row elsewhere";
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_UNDEFINED__)
   // q4_K/q5_K keep the plain x + dm, whose NaN follows GCC's vectorisation of the loop: the
@@ -479,7 +558,7 @@ TEST_P(KquantEncode, nan_payloads_without_weights_match_ggml) {
 TEST_P(KquantEncode, random_bytes_decode_like_ggml) {
   GGUF_REQUIRE_GGML();
   const GgmlRef& g = GgmlRef::get();
-  const GgmlType t = GetParam();
+  const GgmlType t = GetParam().type;
   constexpr size_t kBlocks = 4096;
   const auto bytes = testing::random_bytes(kBlocks * traits(t).type_size, 99 + traits(t).id);
   std::vector<float> ref_y(kBlocks * 256);
@@ -488,13 +567,15 @@ TEST_P(KquantEncode, random_bytes_decode_like_ggml) {
   EXPECT_TRUE(diff.empty()) << diff << testing::salt_note();
 }
 
-std::string type_param_name(const ::testing::TestParamInfo<GgmlType>& info) {
-  return std::string(traits(info.param).name);
+std::string type_param_name(const ::testing::TestParamInfo<EncodeCase>& info) {
+  return std::string(traits(info.param.type).name) + (info.param.portable ? "_portable" : "");
 }
 
 INSTANTIATE_TEST_SUITE_P(kquants, KquantEncode,
-                         ::testing::Values(GgmlType::Q2_K, GgmlType::Q3_K, GgmlType::Q4_K,
-                                           GgmlType::Q5_K, GgmlType::Q6_K, GgmlType::Q8_K),
+                         ::testing::Values(EncodeCase{GgmlType::Q2_K}, EncodeCase{GgmlType::Q3_K},
+                                           EncodeCase{GgmlType::Q4_K}, EncodeCase{GgmlType::Q5_K},
+                                           EncodeCase{GgmlType::Q6_K}, EncodeCase{GgmlType::Q8_K},
+                                           EncodeCase{GgmlType::Q2_K, true}),
                          type_param_name);
 
 }  // namespace

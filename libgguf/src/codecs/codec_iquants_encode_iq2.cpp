@@ -1,13 +1,34 @@
 // IQ2_XXS, IQ2_XS and IQ2_S encoders, byte-identical with ggml's quantize_iq2_*: groups of 8
 // magnitudes on a lattice, a scale sweep per group (see codec_iquants_lattice.h).
+#include "codecs/codec_iq2_sweep.h"
 #include "codecs/codec_iquants_encode.h"
 #include "codecs/codec_iquants_lattice.h"
+#include "codecs/codec_simd.h"
 
 namespace gguf::detail::iq {
 namespace {
 
+// The IQ2_XXS lattice for the AVX-512 sweep: its neighbour lists hold tuples, not grid indices.
+const Iq2SweepLattice& iq2_xxs_sweep_lattice() {
+  static const Iq2SweepLattice sweep = [] {
+    const Lattice& lat = iq2_xxs_lattice();
+    Iq2SweepLattice out;
+    out.map = lat.map.data();
+    out.lists = lat.neighbours;
+    for (size_t start = 0; start < out.lists.size(); start += out.lists[start] + 1u)
+      for (size_t j = start + 1; j <= start + out.lists[start]; ++j) {
+        int tuple = 0;
+        for (int i = 0; i < 8; ++i) tuple |= ((lat.points[out.lists[j]][i] - 1) / 2) << (2 * i);
+        out.lists[j] = static_cast<uint16_t>(tuple);
+      }
+    return out;
+  }();
+  return sweep;
+}
+
 void encode_iq2_xxs_row(const float* x, uint8_t* dst, int64_t n, const float* qw) {
   const Lattice& lat = iq2_xxs_lattice();
+  const bool avx512 = codec_avx512();
   constexpr int kMaxQ = 3;
   for (int64_t ibl = 0; ibl < n / kQK; ++ibl, dst += 66) {
     const float* xbl = x + kQK * ibl;
@@ -37,11 +58,15 @@ void encode_iq2_xxs_row(const float* x, uint8_t* dst, int64_t n, const float* qw
         scales[ib] = 0;
         continue;
       }
-      bool on_grid[4] = {false, false, false, false};  // ggml refits every group, always
-      sweep_scales<8, 2, kMaxQ>(lat, 32, xval, waux, weight, -6, 6, 2 * kMaxQ - 1, 0.1f, eff_max,
-                                scale, L, on_grid);
-      std::fill(on_grid, on_grid + 4, false);
-      refit_off_grid<8, 2, kMaxQ>(lat, 32, xval, waux, weight, true, scale, L, on_grid);
+      if (avx512) {
+        iq2_xxs_sweep_avx512(iq2_xxs_sweep_lattice(), xval, waux, weight, eff_max, scale, L);
+      } else {
+        bool on_grid[4] = {false, false, false, false};  // ggml refits every group, always
+        sweep_scales<8, 2, kMaxQ>(lat, 32, xval, waux, weight, -6, 6, 2 * kMaxQ - 1, 0.1f, eff_max,
+                                  scale, L, on_grid);
+        std::fill(on_grid, on_grid + 4, false);
+        refit_off_grid<8, 2, kMaxQ>(lat, 32, xval, waux, weight, true, scale, L, on_grid);
+      }
       if (scale < 0) {
         scale = -scale;
         for (int k = 0; k < 4; ++k) block_signs[k] = static_cast<uint8_t>(~block_signs[k] & 127);

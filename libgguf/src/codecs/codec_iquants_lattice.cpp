@@ -5,9 +5,11 @@
 namespace gguf::detail::iq {
 namespace {
 
-// codes[k][j]: the code of element j of grid point k.
+// codes[k][j]: the code of element j of grid point k. Neighbour lists are built only for
+// tuples whose codes are all at most max_code: the encoders clamp codes to that range, so
+// other tuples are never looked up (IQ2: 3^8 of the 4^8 tuples).
 Lattice make_lattice(const std::vector<std::array<int, 8>>& codes, int dim, int bits, int map_size,
-                     int nwant) {
+                     int nwant, int max_code) {
   const int grid_size = static_cast<int>(codes.size());
   Lattice lat;
   lat.dim = dim;
@@ -33,7 +35,12 @@ Lattice make_lattice(const std::vector<std::array<int, 8>>& codes, int dim, int 
   for (int i = 0; i < map_size; ++i) {
     if (lat.map[i] >= 0) continue;
     int8_t pos[8];
-    for (int k = 0; k < dim; ++k) pos[k] = static_cast<int8_t>(2 * ((i >> (bits * k)) & mask) + 1);
+    bool reachable = true;
+    for (int k = 0; k < dim; ++k) {
+      reachable = reachable && ((i >> (bits * k)) & mask) <= max_code;
+      pos[k] = static_cast<int8_t>(2 * ((i >> (bits * k)) & mask) + 1);
+    }
+    if (!reachable) continue;
     std::fill(count.begin(), count.end(), 0);
     for (int j = 0; j < grid_size; ++j) {
       int d2 = 0;
@@ -65,7 +72,7 @@ Lattice iq2_lattice(const uint64_t (&grid)[N], int nwant) {
       const uint8_t m = grid_byte(grid[k], j);
       codes[k][j] = m < 0x10 ? 0 : m < 0x20 ? 1 : 2;
     }
-  return make_lattice(codes, 8, 2, 43692, nwant);
+  return make_lattice(codes, 8, 2, 43692, nwant, /*max_code=*/2);  // kMaxQ 3
 }
 
 // IQ3 grids: 4 magnitudes, three bits per code; code = byte / divisor (IQ3_XXS stores
@@ -76,7 +83,7 @@ Lattice iq3_lattice(const uint32_t (&grid)[N], int divisor, int nwant) {
   for (size_t k = 0; k < N; ++k)
     for (int j = 0; j < 4; ++j)
       codes[k][j] = static_cast<int>((grid[k] >> (8 * j)) & 0xff) / divisor;
-  return make_lattice(codes, 4, 3, 4096, nwant);
+  return make_lattice(codes, 4, 3, 4096, nwant, /*max_code=*/7);
 }
 
 }  // namespace
@@ -99,7 +106,7 @@ const Lattice& iq1_lattice() {
     std::vector<std::array<int, 8>> codes(2048);
     for (size_t k = 0; k < 2048; ++k)
       for (int j = 0; j < 8; ++j) codes[k][j] = static_cast<int8_t>(grid_byte(kIq1SGrid[k], j)) + 1;
-    return make_lattice(codes, 8, 2, 43692, 3);
+    return make_lattice(codes, 8, 2, 43692, 3, /*max_code=*/3);
   }();
   return lat;
 }

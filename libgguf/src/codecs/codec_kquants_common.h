@@ -180,8 +180,18 @@ float search_affine(int n, int nmax, const float* x, const float* w, uint8_t* L,
 float search_affine_scalar(int n, int nmax, const float* x, const float* w, uint8_t* L,
                            float* neg_min, const AffineSearch& p);
 
+// search_affine for `groups` (<= 16) groups of n (<= 32) values, group g at x + n*g (weights
+// likewise), one group per AVX-512 lane (codec_kquants_search_avx512.cpp): the same codes
+// L[n*g..], scales[g] and neg_mins[g]. Call only when codec_avx512().
+void search_affine_groups_avx512(int groups, int n, int nmax, const float* x, const float* w,
+                                 uint8_t* L, float* scales, float* neg_mins, const AffineSearch& p);
+
 // make_qp_quants: codes L in [0, nmax] for non-negative x (the group scales of a super-block).
+// Where codec_avx512(), its nine trial scales are measured side by side.
 float search_positive(int n, int nmax, const float* x, uint8_t* L, const float* w);
+// The inverse scale search_positive's trials choose, all nine in lanes of one register (max:
+// the largest x, at least kGroupMaxEps). Call only when codec_avx512().
+float positive_iscale_avx512(int n, int nmax, const float* x, const float* w, float max);
 
 // ---- Per-type row codecs (n a multiple of kQK) ----
 void encode_q2_K_ref(const float* x, uint8_t* dst, int64_t n);

@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "codecs/codec_kquants_common.h"
+#include "codecs/codec_simd.h"
 
 namespace gguf::detail::kq {
 namespace {
@@ -52,6 +53,15 @@ void requantize_q3(const float* x, BlockQ3_K& b, int8_t* L) {
   }
 }
 
+// The affine search of q2_K's 16 groups of 16 (codes 0..3): one group per AVX-512 lane
+// where the CPU has it.
+void search_groups(const float* x, const float* w, uint8_t* L, float* scales, float* mins,
+                   const AffineSearch& p) {
+  if (codec_avx512()) return search_affine_groups_avx512(16, 16, 3, x, w, L, scales, mins, p);
+  for (int j = 0; j < 16; ++j)
+    scales[j] = search_affine(16, 3, x + 16 * j, w + 16 * j, L + 16 * j, &mins[j], p);
+}
+
 }  // namespace
 
 void encode_q2_K_ref(const float* x, uint8_t* dst, int64_t n) {
@@ -60,11 +70,11 @@ void encode_q2_K_ref(const float* x, uint8_t* dst, int64_t n) {
   for (int64_t ib = 0; ib < n / kQK; ++ib, x += kQK, dst += sizeof(BlockQ2_K)) {
     BlockQ2_K b{};
     uint8_t L[kQK];
-    float scales[16], mins[16], w[16];
+    float scales[16], mins[16], w[kQK];
     float max_scale = 0, max_min = 0;
+    for (int i = 0; i < kQK; ++i) w[i] = std::fabs(x[i]);
+    search_groups(x, w, L, scales, mins, kSearch);
     for (int j = 0; j < 16; ++j) {
-      for (int i = 0; i < 16; ++i) w[i] = std::fabs(x[16 * j + i]);
-      scales[j] = search_affine(16, 3, x + 16 * j, w, L + 16 * j, &mins[j], kSearch);
       if (scales[j] > max_scale) max_scale = scales[j];
       if (mins[j] > max_min) max_min = mins[j];
     }
@@ -95,18 +105,17 @@ void encode_q2_K_imatrix(const float* x, uint8_t* dst, int64_t n, const float* q
   for (int64_t ib = 0; ib < n / kQK; ++ib, x += kQK, qw += kQK, dst += sizeof(BlockQ2_K)) {
     BlockQ2_K b{};
     uint8_t L[kQK], Ls[16], Lm[16];
-    float scales[16], mins[16], sw[16], w[16];
+    float scales[16], mins[16], sw[16], w[kQK];
     float sumx2 = 0;
     for (int i = 0; i < kQK; ++i) sumx2 += x[i] * x[i];
     const float sigma2 = sumx2 / kQK;
+    for (int i = 0; i < kQK; ++i) w[i] = qw[i] * std::sqrt(sigma2 + x[i] * x[i]);
     for (int j = 0; j < 16; ++j) {
-      const float* xg = x + 16 * j;
-      for (int i = 0; i < 16; ++i) w[i] = qw[16 * j + i] * std::sqrt(sigma2 + xg[i] * xg[i]);
       float s = 0;
-      for (int i = 0; i < 16; ++i) s += w[i];
+      for (int i = 0; i < 16; ++i) s += w[16 * j + i];
       sw[j] = s;
-      scales[j] = search_affine(16, 3, xg, w, L + 16 * j, &mins[j], kSearch);
     }
+    search_groups(x, w, L, scales, mins, kSearch);
     b.d = fp32_to_fp16(search_positive(16, 15, scales, Ls, sw));
     b.dmin = fp32_to_fp16(search_positive(16, 15, mins, Lm, sw));
     for (int j = 0; j < 16; ++j) b.scales[j] = static_cast<uint8_t>(Ls[j] | (Lm[j] << 4));

@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "codecs/codec_kquants_common.h"
+#include "codecs/codec_simd.h"
 
 namespace gguf::detail::kq {
 
@@ -188,26 +189,30 @@ float search_positive(int n, int nmax, const float* x, uint8_t* L, const float* 
     return 0.0f;
   }
   float iscale = static_cast<float>(nmax) / max;
-  for (int i = 0; i < n; ++i) L[i] = static_cast<uint8_t>(nearest_int(iscale * x[i]));
-  float scale = 1 / iscale;
-  float best_mse = 0;
-  for (int i = 0; i < n; ++i) {
-    const float diff = x[i] - scale * static_cast<float>(L[i]);
-    best_mse += w[i] * diff * diff;
-  }
-  for (int is = -4; is <= 4; ++is) {
-    if (is == 0) continue;
-    const float iscale_is = (0.1f * static_cast<float>(is) + static_cast<float>(nmax)) / max;
-    const float scale_is = 1 / iscale_is;
-    float mse = 0;
+  if (codec_avx512()) {
+    iscale = positive_iscale_avx512(n, nmax, x, w, max);
+  } else {
+    for (int i = 0; i < n; ++i) L[i] = static_cast<uint8_t>(nearest_int(iscale * x[i]));
+    float scale = 1 / iscale;
+    float best_mse = 0;
     for (int i = 0; i < n; ++i) {
-      const int l = std::min(nmax, nearest_int(iscale_is * x[i]));
-      const float diff = x[i] - scale_is * static_cast<float>(l);
-      mse += w[i] * diff * diff;
+      const float diff = x[i] - scale * static_cast<float>(L[i]);
+      best_mse += w[i] * diff * diff;
     }
-    if (mse < best_mse) {
-      best_mse = mse;
-      iscale = iscale_is;
+    for (int is = -4; is <= 4; ++is) {
+      if (is == 0) continue;
+      const float iscale_is = (0.1f * static_cast<float>(is) + static_cast<float>(nmax)) / max;
+      const float scale_is = 1 / iscale_is;
+      float mse = 0;
+      for (int i = 0; i < n; ++i) {
+        const int l = std::min(nmax, nearest_int(iscale_is * x[i]));
+        const float diff = x[i] - scale_is * static_cast<float>(l);
+        mse += w[i] * diff * diff;
+      }
+      if (mse < best_mse) {
+        best_mse = mse;
+        iscale = iscale_is;
+      }
     }
   }
   // The sums use the unclamped-below code while L keeps it truncated to a byte, as in ggml.
