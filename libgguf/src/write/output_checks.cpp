@@ -12,6 +12,7 @@
 #include <system_error>
 
 #include "base/errno_text.h"
+#include "gguf/base/error.h"
 #include "gguf/base/escape.h"
 #include "io/output_file.h"
 
