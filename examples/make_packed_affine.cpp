@@ -3,8 +3,8 @@
 // min and scale, codes of 1-8 bits. The demo's stand-in for "our own format".
 #include <fmt/format.h>
 
+#include "cli/cli.h"
 #include "gguf/base/error.h"
-#include "gguf/cli/cli.h"
 #include "gguf/codecs/codecs.h"
 #include "gguf/format/model.h"
 #include "gguf/ops/affine.h"
@@ -54,7 +54,7 @@ int main(int argc, char** argv) {
     const auto bytes = gguf::pack_affine_safetensors(tensors, bits, group);
     gguf::write_file(out, bytes, wo);
     fmt::print("wrote {} ({} packed tensors, {}-bit codes, groups of {}, {})\n", out,
-               tensors.size(), bits, group, gguf::cli::human_bytes(bytes.size()));
+               tensors.size(), bits, group, gguf::human_bytes(bytes.size()));
     return 0;
   });
 }

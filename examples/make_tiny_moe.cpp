@@ -5,8 +5,8 @@
 
 #include <type_traits>
 
+#include "cli/cli.h"
 #include "gguf/base/error.h"
-#include "gguf/cli/cli.h"
 #include "gguf/codecs/codecs.h"
 #include "gguf/ops/synth.h"
 #include "gguf/write/writer.h"
@@ -53,7 +53,7 @@ int main(int argc, char** argv) {
     take("ff", spec.n_ff_exp, llama.n_ff);
     take("vocab", spec.vocab, llama.vocab);
     take("seed", spec.seed, llama.seed);
-    spec.threads = llama.threads = gguf::cli::thread_count(threads);
+    spec.threads = llama.threads = gguf::thread_count(threads);
     gguf::Plan plan;
     if (arch == "llama") {
       if (recipe == "ds4") gguf::usage_error("--recipe ds4 is for --arch deepseek2");
@@ -85,7 +85,7 @@ int main(int argc, char** argv) {
     wo.progress = progress.callback();
     const auto result = gguf::write_plan(plan, out, wo);
     fmt::print("wrote {} ({} tensors, {})\n", out, result.tensors.size(),
-               gguf::cli::human_bytes(result.bytes));
+               gguf::human_bytes(result.bytes));
     return 0;
   });
 }

@@ -12,10 +12,10 @@
 #include <nlohmann/json.hpp>
 
 #include "affine_fixture.h"
+#include "cli/cli.h"
 #include "cli_run.h"
 #include "distributions.h"
 #include "gguf/base/fp16.h"
-#include "gguf/cli/cli.h"
 #include "gguf/codecs/codecs.h"
 #include "gguf/format/hash.h"
 #include "gguf/ops/synth.h"
@@ -846,8 +846,8 @@ TEST(affine_cli, imports_and_reports) {
                         "verified: every tensor read back and hashed\n"
                         "exact: 2 imported tensors read back: 1,024 values decode to the same "
                         "float bits as code * scale + min, 512 bytes of plain tensors equal\n",
-                        cli::human_bytes(std::filesystem::file_size(in)),
-                        cli::human_bytes(std::filesystem::file_size(out)), out));
+                        human_bytes(std::filesystem::file_size(in)),
+                        human_bytes(std::filesystem::file_size(out)), out));
 
   r = run_cli("gguf-requant", {in, "-o", dir.file("m5.gguf"), "--type", "Q5_1", "--json"});
   ASSERT_EQ(r.code, 0) << r.err;

@@ -12,8 +12,8 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "cli/cli.h"
 #include "cli_run.h"
-#include "gguf/cli/cli.h"
 #include "splice_test_util.h"
 
 namespace gguf {
@@ -97,8 +97,8 @@ TEST(splice_cli, dry_run_prints_the_plan_and_writes_nothing) {
             fmt::format("9 tensors spliced from 1 donor, {} copied from '{}'", n - 9, fx().base));
   uint64_t before = 0;
   for (const auto& t : base.tensors()) before += *t.info->bytes;
-  EXPECT_EQ(lines[11], fmt::format("tensor data: {} -> {} (+4.50 MiB)", cli::human_bytes(before),
-                                   cli::human_bytes(before + 9 * 524288)));
+  EXPECT_EQ(lines[11], fmt::format("tensor data: {} -> {} (+4.50 MiB)", human_bytes(before),
+                                   human_bytes(before + 9 * 524288)));
   EXPECT_TRUE(lines[12].starts_with("file size: ")) << lines[12];
   EXPECT_EQ(lines[13], "general.file_type: 1 -> 1");
   EXPECT_EQ(lines[14], "dry run: nothing written");
@@ -176,10 +176,9 @@ TEST(splice_cli, dry_run_of_a_split_set_predicts_its_size) {
   r = splice_cli(text);
   ASSERT_EQ(r.code, 0) << r.err;
   const uint64_t before = j["bytes_before"].get<uint64_t>();
-  const std::string delta = total > before ? "+" + cli::human_bytes(total - before)
-                                           : "-" + cli::human_bytes(before - total);
-  EXPECT_NE(r.out.find(fmt::format("-> {} ({})\n", cli::human_bytes(total), delta)),
-            std::string::npos)
+  const std::string delta =
+      total > before ? "+" + human_bytes(total - before) : "-" + human_bytes(before - total);
+  EXPECT_NE(r.out.find(fmt::format("-> {} ({})\n", human_bytes(total), delta)), std::string::npos)
       << r.out;
 }
 

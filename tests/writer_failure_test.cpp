@@ -22,9 +22,10 @@
 #include <fstream>
 #include <thread>
 
-#include "gguf/cli/cli.h"
+#include "cli/cli.h"
 #include "gguf/format/file.h"
 #include "gguf/format/model.h"
+#include "gguf/io/signals.h"
 #include "gguf/write/writer.h"
 #include "io/output_file.h"
 #include "writer_test_util.h"
@@ -502,7 +503,7 @@ TEST(writer, output_file_is_named_only_when_committed) {
       detail::OutputFile out(dir.file("p.gguf"), unnamed);
       out.write(bytes);
       out.finish();
-      detail::remove_temp_files_from_signal_handler();
+      remove_temp_files_from_signal_handler();
       EXPECT_EQ(dir.entries(), std::vector<std::string>{"o.gguf"});
     }
     // Abandoned before or after finish(): nothing is left; a taken path is not replaced.

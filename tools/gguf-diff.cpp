@@ -9,8 +9,8 @@
 #include <system_error>
 #include <vector>
 
+#include "cli/cli.h"
 #include "gguf/base/error.h"
-#include "gguf/cli/cli.h"
 #include "gguf/format/model.h"
 #include "gguf/ops/diff.h"
 

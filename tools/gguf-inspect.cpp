@@ -1,8 +1,8 @@
 // gguf-inspect: look inside a GGUF file or split set.
 #include <fmt/format.h>
 
+#include "cli/cli.h"
 #include "gguf/base/escape.h"
-#include "gguf/cli/cli.h"
 #include "gguf/ops/inspect.h"
 
 namespace po = boost::program_options;

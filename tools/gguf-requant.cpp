@@ -8,9 +8,9 @@
 #include <span>
 #include <thread>
 
+#include "cli/cli.h"
 #include "gguf/base/error.h"
 #include "gguf/base/escape.h"
-#include "gguf/cli/cli.h"
 #include "gguf/codecs/codecs.h"
 #include "gguf/ops/affine.h"
 #include "gguf/ops/exact.h"
@@ -87,7 +87,7 @@ int main(int argc, char** argv) {
     gguf::cli::check_positional(inputs, 1, "the output goes after -o");
     if (quiet && json) gguf::usage_error("--quiet and --json exclude each other");
     const std::string& in = inputs.front();
-    threads = gguf::cli::thread_count(threads);
+    threads = gguf::thread_count(threads);
     std::optional<gguf::GgmlType> t;
     if (vm.count("type") && !(t = gguf::parse_type(type)))
       gguf::usage_error(gguf::unknown_type_message("--type", type));

@@ -6,9 +6,9 @@
 #include <memory>
 #include <optional>
 
+#include "cli/cli.h"
 #include "gguf/base/error.h"
 #include "gguf/base/escape.h"
-#include "gguf/cli/cli.h"
 #include "gguf/ops/splice.h"
 
 namespace {

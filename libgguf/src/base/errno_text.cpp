@@ -1,9 +1,9 @@
 // strerror as gguf::Error messages spell it (lower-case first letter).
-#include "base/errno_text.h"
+#include "gguf/base/errno_text.h"
 
 #include <cstring>
 
-namespace gguf::detail {
+namespace gguf {
 
 std::string errno_text(int err) {
   std::string s = std::strerror(err);
@@ -12,4 +12,4 @@ std::string errno_text(int err) {
   return s;
 }
 
-}  // namespace gguf::detail
+}  // namespace gguf

@@ -8,10 +8,10 @@
 
 #include <atomic>
 #include <memory>
-#include <thread>
 #include <vector>
 
 #include "base/xxh3.h"
+#include "gguf/base/threads.h"
 #include "gguf/io/source.h"
 #include "write/serialize.h"
 
@@ -50,7 +50,7 @@ std::vector<uint64_t> hash_tensors(const Model& model, const std::vector<size_t>
   }
   std::vector<uint64_t> out(which.size());
   std::atomic<uint64_t> done{0};
-  if (threads == 0) threads = std::max(1u, std::thread::hardware_concurrency());
+  threads = thread_count(threads);
   tbb::global_control limit(tbb::global_control::max_allowed_parallelism, threads);
   tbb::parallel_for(size_t{0}, which.size(), [&](size_t k) {
     out[k] = hash_payload(model.tensors()[which[k]], [&](uint64_t n) {

@@ -14,8 +14,6 @@ namespace gguf::detail {
 int register_mapping(const uint8_t* base, uint64_t size, const char* name) noexcept;
 void unregister_mapping(int slot) noexcept;
 
-// Async-signal-safe: writes "NAME: at byte N" for the registered map holding addr into buf
-// (cut at size bytes) and returns its length; 0 when addr lies in no registered map.
-size_t describe_mapped_address(const void* addr, char* buf, size_t size) noexcept;
+// describe_mapped_address (gguf/io/signals.h) names the map holding an address.
 
 }  // namespace gguf::detail

@@ -17,9 +17,10 @@
 #include <fstream>
 #include <random>
 
-#include "base/errno_text.h"
+#include "gguf/base/errno_text.h"
 #include "gguf/base/error.h"
 #include "gguf/base/escape.h"
+#include "gguf/io/signals.h"
 
 namespace gguf::detail {
 namespace {
@@ -84,19 +85,26 @@ void unregister_temp(int& slot) {
 }
 
 }  // namespace
+}  // namespace gguf::detail
+
+namespace gguf {
 
 void remove_temp_files_from_signal_handler() noexcept {
-  for (auto& slot : g_temp_names)
+  for (auto& slot : detail::g_temp_names)
     if (const char* name = slot.load()) ::unlink(name);
 }
 
 bool defer_termination_signal(int sig) noexcept {
-  if (g_defer_depth.load() == 0) return false;
-  g_pending_signal.store(sig);
-  if (g_defer_depth.load() != 0) return true;
+  if (detail::g_defer_depth.load() == 0) return false;
+  detail::g_pending_signal.store(sig);
+  if (detail::g_defer_depth.load() != 0) return true;
   // The commit ended meanwhile: if it has not taken the signal, it is handled now.
-  return g_pending_signal.exchange(0) == 0;
+  return detail::g_pending_signal.exchange(0) == 0;
 }
+
+}  // namespace gguf
+
+namespace gguf::detail {
 
 SignalsDeferred::SignalsDeferred() { g_defer_depth.fetch_add(1); }
 

@@ -16,7 +16,7 @@ namespace gguf::detail {
 // names it ".<name>.tmp.XXXXXX" and renames it over the final path at once. Where O_TMPFILE
 // is missing it is named so from the start. Until commit the final path is untouched, and
 // the destructor removes the temp file; so do SIGINT, SIGTERM, SIGHUP and SIGQUIT in the tools (see
-// remove_temp_files_from_signal_handler). Errors are gguf::Error naming the final path, the object
+// gguf/io/signals.h). Errors are gguf::Error naming the final path, the object
 // being written and the byte offset in the output.
 class OutputFile {
  public:
@@ -74,10 +74,6 @@ class OutputFile {
   int slot_ = -1;  // in the registry of temp names that signal handlers remove
 };
 
-// Unlinks every temp name an OutputFile holds right now. Async-signal-safe: for the tools'
-// handlers of SIGINT, SIGTERM, SIGHUP, SIGQUIT and SIGBUS.
-void remove_temp_files_from_signal_handler() noexcept;
-
 // While one exists, SIGINT, SIGTERM, SIGHUP and SIGQUIT wait (defer_termination_signal) and are
 // raised again when the last one goes: for the renames that put a split set in place, so that a
 // signal leaves the whole set or none of it.
@@ -88,10 +84,6 @@ class SignalsDeferred {
   SignalsDeferred(const SignalsDeferred&) = delete;
   SignalsDeferred& operator=(const SignalsDeferred&) = delete;
 };
-
-// For the tools' signal handlers: true if the signal was recorded for a SignalsDeferred to
-// raise again (the handler then returns); false to handle it now. Async-signal-safe.
-bool defer_termination_signal(int sig) noexcept;
 
 // Puts the files of a set in place: all of them, or none, and then the files they replaced
 // are back. A termination signal meanwhile takes effect once that is settled. committed(i),

@@ -15,9 +15,10 @@
 #include <cstring>
 #include <filesystem>
 
-#include "base/errno_text.h"
+#include "gguf/base/errno_text.h"
 #include "gguf/base/error.h"
 #include "gguf/base/escape.h"
+#include "gguf/io/signals.h"
 #include "io/mapped_registry.h"
 
 namespace gguf {
@@ -74,25 +75,25 @@ void unregister_mapping(int slot) noexcept {
   g_maps[static_cast<size_t>(slot)].taken.store(false);
 }
 
+}  // namespace detail
+
 size_t describe_mapped_address(const void* addr, char* buf, size_t size) noexcept {
   const auto* p = static_cast<const uint8_t*>(addr);
-  for (const auto& m : g_maps) {
+  for (const auto& m : detail::g_maps) {
     const uint8_t* base = m.base.load();
     if (!base || p < base || static_cast<uint64_t>(p - base) >= m.size.load()) continue;
     const char* name = m.name.load();
-    size_t at = append(buf, size, 0, name, std::strlen(name));
-    at = append(buf, size, at, ": at byte ", 10);
+    size_t at = detail::append(buf, size, 0, name, std::strlen(name));
+    at = detail::append(buf, size, at, ": at byte ", 10);
     char digits[24];
     size_t n = 0;
     for (uint64_t v = static_cast<uint64_t>(p - base); n == 0 || v > 0; v /= 10)
       digits[n++] = static_cast<char>('0' + v % 10);
-    while (n > 0) at = append(buf, size, at, &digits[--n], 1);
+    while (n > 0) at = detail::append(buf, size, at, &digits[--n], 1);
     return at;
   }
   return 0;
 }
-
-}  // namespace detail
 
 namespace {
 
@@ -166,8 +167,7 @@ class FileSource final : public ByteSource {
       if (n < 0) {
         const int err = errno;
         if (err == EINTR) continue;
-        throw Error(name_, {}, offset + got,
-                    fmt::format("cannot read: {}", detail::errno_text(err)));
+        throw Error(name_, {}, offset + got, fmt::format("cannot read: {}", errno_text(err)));
       }
       if (n == 0)
         throw Error(name_, {}, offset + got,

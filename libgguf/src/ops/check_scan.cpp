@@ -9,6 +9,7 @@
 #include <cstring>
 
 #include "gguf/base/escape.h"
+#include "gguf/base/threads.h"
 #include "ops/check_parts.h"
 
 namespace gguf {
@@ -217,8 +218,7 @@ class DataScanner {
         }
       }
     };
-    tbb::task_arena arena(options_.threads ? static_cast<int>(options_.threads)
-                                           : tbb::task_arena::automatic);
+    tbb::task_arena arena(static_cast<int>(thread_count(options_.threads)));
     arena.execute([&] { tbb::parallel_for(tbb::blocked_range<size_t>(0, chunks.size()), work); });
 
     // Chunks of a tensor are contiguous and in order: the first hit is the first chunk's.

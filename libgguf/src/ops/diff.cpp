@@ -10,10 +10,10 @@
 #include <atomic>
 #include <cstring>
 #include <map>
-#include <thread>
 
 #include "gguf/base/error.h"
 #include "gguf/base/escape.h"
+#include "gguf/base/threads.h"
 #include "gguf/codecs/codecs.h"
 #include "gguf/format/hash.h"
 #include "gguf/format/json.h"
@@ -487,8 +487,7 @@ DiffReport diff_sides(const Side& a, const Side& b, bool json_forms, const DiffO
     r.stopped_early = true;
     return r;
   }
-  const unsigned threads =
-      o.threads ? o.threads : std::max(1u, std::thread::hardware_concurrency());
+  const unsigned threads = thread_count(o.threads);
   {
     tbb::global_control limit(tbb::global_control::max_allowed_parallelism, threads);
     // (A manifest side has no bytes, but diff_manifest refuses --values and --reference.)

@@ -15,12 +15,12 @@
 #include <initializer_list>
 #include <limits>
 #include <numeric>
-#include <thread>
 #include <vector>
 
 #include "codecs/codec_kquants_common.h"
 #include "codecs/codec_registry.h"
 #include "gguf/base/error.h"
+#include "gguf/base/threads.h"
 #include "gguf/codecs/codecs.h"
 #include "gguf/format/file.h"
 #include "gguf/io/source.h"
@@ -295,7 +295,7 @@ std::vector<ValueResult> measure_values(const std::vector<ValueJob>& jobs, unsig
     }
   }
   std::atomic<uint64_t> done{0};
-  if (threads == 0) threads = std::max(1u, std::thread::hardware_concurrency());
+  threads = thread_count(threads);
   tbb::global_control limit(tbb::global_control::max_allowed_parallelism, threads);
   tbb::enumerable_thread_specific<Buffers> buffers;
   // Items run in windows; each item has its own partial sums, merged in row order after its

@@ -5,7 +5,7 @@
 
 #include "gguf/base/escape.h"
 #include "gguf/base/table.h"
-#include "gguf/cli/cli.h"
+#include "gguf/base/units.h"
 #include "gguf/format/file.h"
 #include "gguf/format/json.h"
 #include "gguf/ops/affine.h"
@@ -33,8 +33,7 @@ std::string render_import_text(const ImportResult& r, const WriteResult* written
     ++imported;
     packed += row.packed != nullptr;
     t.add({escape_for_terminal(row.name), before_text(row), type_name(row.type_after),
-           shape_text(row.shape), cli::human_bytes(row.bytes_before),
-           cli::human_bytes(row.bytes_after)});
+           shape_text(row.shape), human_bytes(row.bytes_before), human_bytes(row.bytes_after)});
   }
   std::string out = t.render();
   out += fmt::format(

@@ -7,7 +7,7 @@
 
 #include "gguf/base/escape.h"
 #include "gguf/base/table.h"
-#include "gguf/cli/cli.h"
+#include "gguf/base/units.h"
 #include "gguf/format/json.h"
 #include "gguf/format/types.h"
 #include "gguf/ops/diff.h"
@@ -53,11 +53,11 @@ std::string shape_text(const std::vector<int64_t>& shape) {
   return s;
 }
 
-std::string bytes_text(const std::optional<uint64_t>& b) { return b ? cli::human_bytes(*b) : "-"; }
+std::string bytes_text(const std::optional<uint64_t>& b) { return b ? human_bytes(*b) : "-"; }
 
 std::string delta_text(uint64_t a, uint64_t b) {
   if (a == b) return "0 B";
-  return (b > a ? "+" : "-") + cli::human_bytes(b > a ? b - a : a - b);
+  return (b > a ? "+" : "-") + human_bytes(b > a ? b - a : a - b);
 }
 
 std::string num(double v, const char* spec = "{:.3e}") {
@@ -146,8 +146,8 @@ std::string tensor_section(const DiffReport& r, const DiffRenderOptions& o) {
            delta_text(x.a ? x.a->bytes.value_or(0) : 0, x.b ? x.b->bytes.value_or(0) : 0)});
   }
   return out + t.render("  ") +
-         fmt::format("  total: {} in A, {} in B ({})\n", cli::human_bytes(r.bytes_a),
-                     cli::human_bytes(r.bytes_b), delta_text(r.bytes_a, r.bytes_b));
+         fmt::format("  total: {} in A, {} in B ({})\n", human_bytes(r.bytes_a),
+                     human_bytes(r.bytes_b), delta_text(r.bytes_a, r.bytes_b));
 }
 
 std::string values_section(const DiffReport& r) {
@@ -212,9 +212,9 @@ std::string group_section(const char* title, const char* key, const std::vector<
   if (r.reference) header.insert(header.end(), {"a closer", "b closer", "ties"});
   Table t(header);
   for (const auto& g : gs) {
-    std::vector<std::string> row = {escape_for_terminal(g.key),  std::to_string(g.tensors),
-                                    std::to_string(g.changed),   cli::human_bytes(g.bytes_a),
-                                    cli::human_bytes(g.bytes_b), delta_text(g.bytes_a, g.bytes_b)};
+    std::vector<std::string> row = {escape_for_terminal(g.key), std::to_string(g.tensors),
+                                    std::to_string(g.changed),  human_bytes(g.bytes_a),
+                                    human_bytes(g.bytes_b),     delta_text(g.bytes_a, g.bytes_b)};
     const auto pooled = [&](bool have, double v) { return have ? num(v) : std::string("-"); };
     if (r.values)
       row.insert(row.end(), {pooled(g.measured, g.metrics.rel()),

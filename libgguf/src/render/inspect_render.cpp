@@ -5,7 +5,7 @@
 
 #include "gguf/base/escape.h"
 #include "gguf/base/table.h"
-#include "gguf/cli/cli.h"
+#include "gguf/base/units.h"
 #include "gguf/format/hash.h"
 #include "gguf/format/json.h"
 #include "gguf/ops/inspect.h"
@@ -30,7 +30,7 @@ void group_table(std::string& out, const char* title, const char* key_header,
   Table t({key_header, "tensors", "params", "bytes", "share", "bpw"});
   for (const auto& g : groups)
     t.add({escape_for_terminal(g.key), std::to_string(g.tensors), short_count(g.params),
-           cli::human_bytes(g.bytes), share_text(g.bytes, r.tensor_bytes),
+           human_bytes(g.bytes), share_text(g.bytes, r.tensor_bytes),
            bpw_text(g.bytes, g.sized_params)});
   out += fmt::format("\n{}:\n", title) + t.render("  ");
 }
@@ -44,7 +44,7 @@ std::string render_text(const InspectReport& r, const RenderOptions& o) {
   if (o.summary) {
     for (size_t i = 0; i < r.files.size(); ++i)
       out += fmt::format("file:          {} ({})\n", escape_for_terminal(r.files[i]),
-                         cli::human_bytes(r.file_sizes[i]));
+                         human_bytes(r.file_sizes[i]));
     out += fmt::format("version:       {}\n", *r.version);
     out += fmt::format("alignment:     {}\n", r.alignment.value_or(0));
     out += fmt::format("architecture:  {}\n",
@@ -53,9 +53,9 @@ std::string render_text(const InspectReport& r, const RenderOptions& o) {
     out += fmt::format("tensors:       {}\n", r.tensors.size());
     out += fmt::format("parameters:    {} ({})\n", with_commas(r.params), short_count(r.params));
     out += fmt::format("tensor bytes:  {} ({})\n", with_commas(r.tensor_bytes),
-                       cli::human_bytes(r.tensor_bytes));
+                       human_bytes(r.tensor_bytes));
     out += fmt::format("file bytes:    {} ({})\n", with_commas(r.file_bytes),
-                       cli::human_bytes(r.file_bytes));
+                       human_bytes(r.file_bytes));
     out += fmt::format("bits/weight:   {}\n", bpw_text(r.tensor_bytes, r.sized_params));
     if (r.unsized)
       out += fmt::format(

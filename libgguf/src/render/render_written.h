@@ -9,7 +9,7 @@
 #include <string>
 
 #include "gguf/base/escape.h"
-#include "gguf/cli/cli.h"
+#include "gguf/base/units.h"
 #include "gguf/write/writer.h"
 
 namespace gguf::detail {
@@ -22,8 +22,8 @@ inline uint64_t size_after(uint64_t planned, const WriteResult* w) {
 // "size: A -> B", then "wrote PATH" per file and "verified: ..." when the write verified, or
 // that a dry run wrote nothing.
 inline std::string written_text(uint64_t before, uint64_t planned, const WriteResult* w) {
-  std::string out = fmt::format("size: {} -> {}\n", cli::human_bytes(before),
-                                cli::human_bytes(size_after(planned, w)));
+  std::string out =
+      fmt::format("size: {} -> {}\n", human_bytes(before), human_bytes(size_after(planned, w)));
   if (w) {
     for (const auto& p : w->paths) out += fmt::format("wrote {}\n", escape_for_terminal(p));
     if (w->verified) out += "verified: every tensor read back and hashed\n";

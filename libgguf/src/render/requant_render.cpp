@@ -6,7 +6,7 @@
 
 #include "gguf/base/escape.h"
 #include "gguf/base/table.h"
-#include "gguf/cli/cli.h"
+#include "gguf/base/units.h"
 #include "gguf/format/json.h"
 #include "gguf/ops/exact.h"
 #include "gguf/ops/requant.h"
@@ -47,8 +47,8 @@ std::string render_requant_text(const RequantResult& r, const WriteResult* writt
     std::vector<std::string> cells = {
         escape_for_terminal(row.name),
         fmt::format("{} -> {}", type_name(row.type_before), type_name(row.type_after)),
-        cli::human_bytes(row.bytes_before),
-        cli::human_bytes(row.bytes_after),
+        human_bytes(row.bytes_before),
+        human_bytes(row.bytes_after),
         std::string(importance_name(row.importance)),
         row.requantized ? "requantized" : ""};
     if (rules) cells.insert(cells.begin() + 2, row.rule.empty() ? "--type" : row.rule);

@@ -6,7 +6,7 @@
 
 #include "gguf/base/escape.h"
 #include "gguf/base/table.h"
-#include "gguf/cli/cli.h"
+#include "gguf/base/units.h"
 #include "gguf/format/json.h"
 #include "gguf/format/types.h"
 #include "gguf/ops/splice.h"
@@ -17,7 +17,7 @@ namespace {
 std::string signed_bytes(uint64_t before, uint64_t after) {
   if (after == before) return "0 B";
   return fmt::format("{}{}", after > before ? '+' : '-',
-                     cli::human_bytes(after > before ? after - before : before - after));
+                     human_bytes(after > before ? after - before : before - after));
 }
 
 std::string ftype_text(const std::optional<uint32_t>& f) {
@@ -43,13 +43,13 @@ std::string render_splice_text(const SpliceResult& r, const WriteResult* written
                      r.spliced == 1 ? "tensor" : "tensors", r.donor_paths.size(),
                      r.donor_paths.size() == 1 ? "donor" : "donors", r.rows.size() - r.spliced,
                      escape_for_terminal(r.base_path));
-  out += fmt::format("tensor data: {} -> {} ({})\n", cli::human_bytes(r.tensor_bytes_before),
-                     cli::human_bytes(r.tensor_bytes_after),
+  out += fmt::format("tensor data: {} -> {} ({})\n", human_bytes(r.tensor_bytes_before),
+                     human_bytes(r.tensor_bytes_after),
                      signed_bytes(r.tensor_bytes_before, r.tensor_bytes_after));
   // What was written (a split set's shards each have a header), else what the plan says.
   const uint64_t after = written ? written->bytes : r.bytes_after;
-  out += fmt::format("file size:   {} -> {} ({})\n", cli::human_bytes(r.bytes_before),
-                     cli::human_bytes(after), signed_bytes(r.bytes_before, after));
+  out += fmt::format("file size:   {} -> {} ({})\n", human_bytes(r.bytes_before),
+                     human_bytes(after), signed_bytes(r.bytes_before, after));
   if (r.file_type_before || r.file_type_after)
     out += fmt::format("general.file_type: {} -> {}\n", ftype_text(r.file_type_before),
                        ftype_text(r.file_type_after));
@@ -59,12 +59,12 @@ std::string render_splice_text(const SpliceResult& r, const WriteResult* written
   }
   if (written->paths.size() == 1) {
     out += fmt::format("wrote '{}' ({}){}\n", escape_for_terminal(written->paths[0]),
-                       cli::human_bytes(written->bytes),
+                       human_bytes(written->bytes),
                        written->verified ? ", every payload verified" : ", not verified");
   } else {
-    out += fmt::format("wrote {} files ({}){}:\n", written->paths.size(),
-                       cli::human_bytes(written->bytes),
-                       written->verified ? ", every payload verified" : ", not verified");
+    out +=
+        fmt::format("wrote {} files ({}){}:\n", written->paths.size(), human_bytes(written->bytes),
+                    written->verified ? ", every payload verified" : ", not verified");
     for (const auto& p : written->paths) out += fmt::format("  {}\n", escape_for_terminal(p));
   }
   return out;

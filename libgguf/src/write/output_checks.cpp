@@ -11,7 +11,7 @@
 #include <filesystem>
 #include <system_error>
 
-#include "base/errno_text.h"
+#include "gguf/base/errno_text.h"
 #include "gguf/base/error.h"
 #include "gguf/base/escape.h"
 #include "io/output_file.h"
@@ -95,7 +95,7 @@ void check_output_path(const std::string& out, const std::vector<Identity>& inpu
   if (err)
     throw Error(out, {}, std::nullopt,
                 fmt::format("cannot create the output in directory '{}': {}",
-                            escape_for_terminal(dir), detail::errno_text(err)));
+                            escape_for_terminal(dir), errno_text(err)));
   // The rename at the very end would fail on a name the file system cannot hold.
   const std::string name = std::filesystem::path(out).filename().string();
   long name_max = ::pathconf(dir.c_str(), _PC_NAME_MAX);

@@ -1,5 +1,6 @@
-// Shared command-line plumbing for the four tools.
-#include "gguf/cli/cli.h"
+// Shared command-line plumbing for the four tools (the gguf_cli target; libgguf knows nothing of
+// command lines).
+#include "cli/cli.h"
 
 #include <fmt/format.h>
 #include <signal.h>
@@ -17,14 +18,12 @@
 #include <optional>
 #include <sstream>
 #include <system_error>
-#include <thread>
 
-#include "base/errno_text.h"
+#include "gguf/base/errno_text.h"
 #include "gguf/base/error.h"
 #include "gguf/base/escape.h"
 #include "gguf/format/json.h"
-#include "io/mapped_registry.h"
-#include "io/output_file.h"
+#include "gguf/io/signals.h"
 
 namespace gguf::cli {
 
@@ -48,8 +47,8 @@ int g_bus_exit = 1;
 // SIGINT, SIGTERM, SIGHUP, SIGQUIT: remove the writer's named temp files (an unnamed one goes with
 // the process), then die of the signal as if it had not been caught.
 extern "C" void on_termination_signal(int sig) {
-  if (detail::defer_termination_signal(sig)) return;  // a split set is being put in place
-  detail::remove_temp_files_from_signal_handler();
+  if (defer_termination_signal(sig)) return;  // a split set is being put in place
+  remove_temp_files_from_signal_handler();
   ::signal(sig, SIG_DFL);
   ::raise(sig);
 }
@@ -57,13 +56,13 @@ extern "C" void on_termination_signal(int sig) {
 // SIGBUS: a mapped input shrank (or its storage failed) while being read. An error message
 // and the tool's failure status rather than a crash.
 extern "C" void on_bus_error(int, siginfo_t* info, void*) {
-  detail::remove_temp_files_from_signal_handler();
+  remove_temp_files_from_signal_handler();
   char msg[4096];
   size_t n = g_bus_prefix_length;
   std::memcpy(msg, g_bus_prefix, n);
   // "FILE: at byte N: " when the address lies in a mapped input.
   const size_t room = sizeof msg - n - sizeof kBusText - 2;
-  if (const size_t k = info ? detail::describe_mapped_address(info->si_addr, msg + n, room) : 0) {
+  if (const size_t k = info ? describe_mapped_address(info->si_addr, msg + n, room) : 0) {
     n += k;
     msg[n++] = ':';
     msg[n++] = ' ';
@@ -107,7 +106,7 @@ bool stdout_complete(std::string_view tool) {
   if (std::fflush(stdout) == 0 && !std::ferror(stdout)) return true;
   const int err = errno;
   eprint("{}: error: cannot write to standard output{}\n", tool,
-         err ? fmt::format(": {}", detail::errno_text(err)) : std::string());
+         err ? fmt::format(": {}", errno_text(err)) : std::string());
   return false;
 }
 
@@ -165,7 +164,7 @@ int run_tool(std::string_view tool, int argc, char** argv, const std::function<i
     // fmt::print's failure; the tools print to stdout and stderr only.
     if (std::string_view(e.what()).starts_with("cannot write to file")) {
       eprint("{}: error: cannot write to standard output: {}\n", tool,
-             detail::errno_text(e.code().value()));
+             errno_text(e.code().value()));
       return failure_code;
     }
     return fail.report(failure_code, e.what(), false);
@@ -261,10 +260,6 @@ void add_threads_option(po::options_description& desc, unsigned* threads, std::s
                      fmt::format("{} threads (default 0: all cores)", what).c_str());
 }
 
-unsigned thread_count(unsigned threads) {
-  return threads ? threads : std::max(1u, std::thread::hardware_concurrency());
-}
-
 void SelectorArgs::add_to(po::options_description& desc) {
   desc.add_options()("layers", po::value(&layers)->composing(),
                      "select layers, e.g. 37-42 or 0-2,5 (repeatable)")(
@@ -329,15 +324,6 @@ uint64_t parse_size(std::string_view text, std::string_view option) {
   if (value == 0)
     usage_error(fmt::format("--{}: '{}' is not a size of at least 1 byte", option, text));
   return value * unit->second;
-}
-
-std::string human_bytes(uint64_t bytes) {
-  static constexpr const char* kUnits[] = {"KiB", "MiB", "GiB", "TiB", "PiB"};
-  if (bytes < 1024) return fmt::format("{} B", bytes);
-  double v = static_cast<double>(bytes) / 1024.0;
-  size_t u = 0;
-  while (v >= 1024.0 && u + 1 < std::size(kUnits)) v /= 1024.0, ++u;
-  return fmt::format("{:.2f} {}", v, kUnits[u]);
 }
 
 namespace {

@@ -1,5 +1,6 @@
-// What every tool main shares: error-to-exit-code mapping, --help/--version, selector
-// options, and a progress bar on stderr when it is a terminal.
+// What every tool main shares (the gguf_cli target, beside libgguf so that library users do not
+// get Boost.Program_options): error-to-exit-code mapping, --help/--version, selector options,
+// and a progress bar on stderr when it is a terminal.
 #pragma once
 
 #include <fmt/format.h>
@@ -11,6 +12,8 @@
 #include <string_view>
 #include <vector>
 
+#include "gguf/base/threads.h"
+#include "gguf/base/units.h"
 #include "gguf/format/select.h"
 
 namespace gguf::cli {
@@ -94,10 +97,8 @@ po::typed_value<Count>* count_value(T* target, uint64_t max, std::string option,
 // --threads accepts at most this many; 0 means "all cores".
 inline constexpr uint64_t kMaxThreads = 1024;
 
-// -j/--threads N, the same in every tool: 0 (the default) means all cores.
+// -j/--threads N, the same in every tool: 0 (the default) means all cores (gguf::thread_count).
 void add_threads_option(po::options_description& desc, unsigned* threads, std::string_view what);
-// The number of threads to run: threads, or every core when it is 0.
-unsigned thread_count(unsigned threads);
 
 // Parses a size like "4G", "500M", "4GiB", "123456": K, M, G, T (or KB ... TB) are powers of
 // 1000 as in llama-gguf-split, KiB ... TiB powers of 1024, suffixes in any case; a usage error
@@ -118,8 +119,5 @@ class Progress {
   int64_t last_draw_ms_ = 0;
   bool drawn_ = false;
 };
-
-// "1.50 GiB", "312.00 MiB", "17 B".
-std::string human_bytes(uint64_t bytes);
 
 }  // namespace gguf::cli
