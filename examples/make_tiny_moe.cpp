@@ -1,6 +1,7 @@
 // Writes a small DeepSeek-V4-style MoE GGUF (3-D routed-expert tensors, MLA-style attention,
 // shared experts, router) with the library: the demo's model and a fixture generator. With
-// --arch llama, a Mixtral-style MoE (also 3-D experts) that llama.cpp itself loads and runs.
+// --arch llama, a Mixtral-style MoE (also 3-D experts) that llama.cpp itself loads and runs
+// (--dense: a plain dense llama); with --arch qwen3moe, a Qwen3-MoE it runs too.
 #include <fmt/format.h>
 
 #include <type_traits>
@@ -18,18 +19,19 @@ int main(int argc, char** argv) {
     std::string out, recipe = "f32", arch = "deepseek2";
     gguf::MoeSpec spec;
     gguf::LlamaMoeSpec llama;
-    bool force = false;
+    bool force = false, dense = false;
     unsigned threads = 1;
     po::options_description desc("Options");
     desc.add_options()("help,h", "show this help")("version", "show the version")(
         "output,o", po::value(&out)->required(), "output GGUF path")(
         "arch", po::value(&arch),
-        "deepseek2 (DeepSeek-V4-style, the default) or llama (Mixtral-style, which llama.cpp "
-        "loads and runs)")("recipe", po::value(&recipe),
-                           "ds4 (2-bit routed experts; deepseek2 only), or one type for all "
-                           "quantizable tensors (f32, f16, q8_0, q4_K, ...)")(
-        "layers", po::value<int>(), "layers")("experts", po::value<int>(),
-                                              "routed experts per layer")(
+        "deepseek2 (DeepSeek-V4-style, the default), llama (Mixtral-style) or qwen3moe (these "
+        "two llama.cpp loads and runs)")("dense", po::bool_switch(&dense),
+                                         "--arch llama: a dense FFN instead of routed experts")(
+        "recipe", po::value(&recipe),
+        "ds4 (2-bit routed experts; deepseek2 only), or one type for all "
+        "quantizable tensors (f32, f16, q8_0, q4_K, ...)")("layers", po::value<int>(), "layers")(
+        "experts", po::value<int>(), "routed experts per layer")(
         "embd", po::value<int>(), "embedding width (multiple of 256)")(
         "ff", po::value<int>(), "expert FFN width (multiple of 256)")(
         "vocab", po::value<int>(), "vocabulary size (llama: at least 259)")(
@@ -55,7 +57,8 @@ int main(int argc, char** argv) {
     take("seed", spec.seed, llama.seed);
     spec.threads = llama.threads = gguf::thread_count(threads);
     gguf::Plan plan;
-    if (arch == "llama") {
+    if (dense && arch != "llama") gguf::usage_error("--dense is for --arch llama");
+    if (arch == "llama" || arch == "qwen3moe") {
       if (recipe == "ds4") gguf::usage_error("--recipe ds4 is for --arch deepseek2");
       const auto t = gguf::parse_type(recipe);
       if (!t) gguf::usage_error(gguf::unknown_type_message("--recipe", recipe, false));
@@ -65,6 +68,10 @@ int main(int argc, char** argv) {
             "the 256 bytes)");
       if (llama.n_experts < llama.n_expert_used) llama.n_expert_used = llama.n_experts;
       llama.weights = *t;
+      llama.arch = arch;
+      llama.dense = dense;
+      if (arch == "qwen3moe") llama.name = "tiny-qwen3moe";
+      if (dense) llama.name = "tiny-llama";
       plan = gguf::synth_llama_moe_plan(llama);
     } else if (arch == "deepseek2") {
       if (recipe == "ds4") {
@@ -77,7 +84,7 @@ int main(int argc, char** argv) {
       plan = gguf::synth_moe_plan(spec);
     } else {
       gguf::usage_error(
-          fmt::format("--arch: unknown architecture '{}' (deepseek2 or llama)", arch));
+          fmt::format("--arch: unknown architecture '{}' (deepseek2, llama or qwen3moe)", arch));
     }
     gguf::WriteOptions wo;
     wo.force = force;

@@ -662,9 +662,23 @@ TEST(affine_import, replaces_tensors_of_a_base_model) {
   af.add_plain("extra.weight", "F32", {8});
   const std::string in = af.write(dir.file("in.safetensors"));
   const auto file = SafetensorsFile::open(in);
-  const ImportResult r = import_safetensors(file, {std::nullopt, &base});
-  ASSERT_EQ(r.notes.size(), 1u);
+  // A tensor with no place in the base is refused, unless asked to append it.
+  try {
+    (void)import_safetensors(file, {std::nullopt, &base});
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()),
+              fmt::format("{}: tensor 'extra.weight': at byte 567: has no place in the base {}, "
+                          "which has no tensor of this name (--append-unmatched appends such "
+                          "tensors after the base's)",
+                          in, base_path));
+  }
+  const ImportResult r = import_safetensors(file, {std::nullopt, &base, 1, true});
+  ASSERT_EQ(r.notes.size(), 2u);
   EXPECT_EQ(r.notes[0],
+            "1 tensor of the base replaced with another type ('blk.2.ffn_up_exps.weight' f16 -> "
+            "q4_1)");
+  EXPECT_EQ(r.notes[1],
             "1 tensor of the import ('extra.weight') is not in the base: appended after its "
             "tensors");
   const std::string out = dir.file("out.gguf");

@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <cstring>
+#include <filesystem>
 #include <functional>
 #include <span>
 #include <thread>
@@ -14,6 +15,7 @@
 #include "gguf/codecs/codecs.h"
 #include "gguf/ops/affine.h"
 #include "gguf/ops/exact.h"
+#include "gguf/ops/hf_import.h"
 #include "gguf/ops/requant.h"
 
 namespace po = boost::program_options;
@@ -21,10 +23,10 @@ namespace po = boost::program_options;
 int main(int argc, char** argv) {
   return gguf::cli::run_tool("gguf-requant", argc, argv, [&] {
     std::vector<std::string> inputs;
-    std::string out, type, imatrix_path, base_path, output_type, embedding_type;
+    std::string out, type, imatrix_path, base_path, output_type, embedding_type, config_path;
     std::vector<std::string> tensor_types, role_types;
     bool json = false, force = false, no_verify = false, dry_run = false, exact = false;
-    bool quiet = false, leave_output = false, keep_split = false;
+    bool quiet = false, leave_output = false, keep_split = false, append_unmatched = false;
     unsigned threads = 0;
     std::string split_size;
     uint64_t split_tensors = 0;
@@ -53,8 +55,12 @@ int main(int argc, char** argv) {
         "they fit; q4_0 -> q4_1, q5_0 -> q5_1), proven by reading the output back")(
         "base", po::value(&base_path),
         "packed-affine import: start from this GGUF (its metadata and tensors; the import's "
-        "tensors replace those of the same name)")("dry-run", po::bool_switch(&dry_run),
-                                                   "show the plan, write nothing")(
+        "tensors replace those of the same name)")(
+        "append-unmatched", po::bool_switch(&append_unmatched),
+        "with --base: append import tensors the base has no tensor for (else an error)")(
+        "config", po::value(&config_path),
+        "Hugging Face checkpoint import: its config.json (default: the one beside IN)")(
+        "dry-run", po::bool_switch(&dry_run), "show the plan, write nothing")(
         "json", po::bool_switch(&json), "print the report as one JSON document")(
         "quiet,q", po::bool_switch(&quiet),
         "print nothing on success (no report, notes or progress; errors still go to stderr)")(
@@ -75,12 +81,13 @@ int main(int argc, char** argv) {
     po::positional_options_description pos;
     pos.add("input", -1);
     po::variables_map vm;
-    if (gguf::cli::parse_command_line(argc, argv, "gguf-requant",
-                                      "IN.gguf -o OUT.gguf [--type TYPE] [--tensor-type "
-                                      "PATTERN=TYPE ...] [OPTIONS]   (a type or a rule)\n"
-                                      "       gguf-requant IN.safetensors -o OUT.gguf [--type "
-                                      "q4_1|q5_1|f32] [--base BASE.gguf] [OPTIONS]",
-                                      desc, hidden, pos, vm))
+    if (gguf::cli::parse_command_line(
+            argc, argv, "gguf-requant",
+            "IN.gguf -o OUT.gguf [--type TYPE] [--tensor-type "
+            "PATTERN=TYPE ...] [OPTIONS]   (a type or a rule)\n"
+            "       gguf-requant IN.safetensors|INDEX.json|DIR -o OUT.gguf "
+            "[--type q4_1|q5_1|f32] [--base BASE.gguf] [OPTIONS]",
+            desc, hidden, pos, vm))
       return 0;
     if (inputs.empty())
       gguf::usage_error("missing IN.gguf (or IN.safetensors), the model to re-encode");
@@ -144,12 +151,19 @@ int main(int argc, char** argv) {
                                             "--token-embedding-type", embedding_type));
     for (const auto& v : tensor_types) rules.push_back(gguf::parse_tensor_type_rule(v));
     for (const auto& v : role_types) rules.push_back(gguf::parse_role_type_rule(v));
-    const auto source = gguf::open_file_source(in);
-    // A file is what its first bytes say; the suffix decides only for one that looks like
-    // neither (so that a damaged safetensors file gets the safetensors reader's message).
-    const bool gguf_magic =
-        source->size() >= 4 && std::memcmp(source->bytes(0, 4).data(), "GGUF", 4) == 0;
-    if (!gguf_magic && (gguf::SafetensorsFile::sniff(*source) || in.ends_with(".safetensors"))) {
+    // A folder or an index JSON is a Hugging Face checkpoint; a file is what its first bytes
+    // say, the suffix deciding only for one that looks like neither (so that a damaged
+    // safetensors file gets the safetensors reader's message).
+    std::error_code ec;
+    bool import = std::filesystem::is_directory(in, ec) || in.ends_with(".json");
+    if (!import) {
+      const auto source = gguf::open_file_source(in);
+      const bool gguf_magic =
+          source->size() >= 4 && std::memcmp(source->bytes(0, 4).data(), "GGUF", 4) == 0;
+      import =
+          !gguf_magic && (gguf::SafetensorsFile::sniff(*source) || in.ends_with(".safetensors"));
+    }
+    if (import) {
       if (!imatrix_path.empty())
         gguf::usage_error("--imatrix: a packed-affine import re-encodes nothing, it moves values");
       if (sel.given())
@@ -162,11 +176,17 @@ int main(int argc, char** argv) {
             fmt::format("{} does not apply to a packed-affine import (its types "
                         "come from the import's bits: --type q4_1, q5_1 or f32)",
                         rules.front().option));
-      const gguf::SafetensorsFile file = gguf::SafetensorsFile::parse(source);
+      if (append_unmatched && base_path.empty())
+        gguf::usage_error("--append-unmatched needs --base");
+      const gguf::HfCheckpoint checkpoint = gguf::HfCheckpoint::open(in, config_path);
       std::optional<gguf::Model> base;
       if (!base_path.empty()) base = gguf::Model::open(base_path);
-      gguf::ImportResult result =
-          gguf::import_safetensors(file, {t, base ? &*base : nullptr, threads});
+      const gguf::ImportOptions io{t, base ? &*base : nullptr, threads, append_unmatched};
+      // One file without config.json or index: GGUF names, as they are.
+      const bool plain = checkpoint.shards().size() == 1 && !checkpoint.config() &&
+                         checkpoint.index_path().empty();
+      gguf::ImportResult result = plain ? gguf::import_safetensors(checkpoint.shards()[0], io)
+                                        : gguf::import_checkpoint(checkpoint, io);
       if (!quiet)
         for (const auto& note : result.notes)
           gguf::cli::eprint("gguf-requant: note: {}\n", gguf::terminal_safe(note));
@@ -174,7 +194,7 @@ int main(int argc, char** argv) {
       std::optional<gguf::ImportProof> proof;
       const auto written = write(result.plan, result.bytes_after, "import", !no_verify,
                                  [&](const auto& m, auto names) {
-                                   proof = gguf::prove_import(file, result, m, threads, names);
+                                   proof = gguf::prove_import(result, m, threads, names);
                                  });
       const gguf::WriteResult* w = written ? &*written : nullptr;
       const gguf::ImportProof* p = proof ? &*proof : nullptr;
@@ -183,6 +203,9 @@ int main(int argc, char** argv) {
                               : gguf::render_import_text(result, w, p));
       return 0;
     }
+    if (!config_path.empty() || append_unmatched)
+      gguf::usage_error(fmt::format("{} belongs to a packed-affine import (a safetensors input)",
+                                    config_path.empty() ? "--append-unmatched" : "--config"));
     if (!t && rules.empty())
       gguf::usage_error(
           "--type is required (the type to re-encode to), or per-tensor types (--tensor-type, "

@@ -22,12 +22,16 @@
 #include "gguf/ops/exact.h"
 #include "gguf/ops/splice.h"
 #include "gguf/write/encode.h"
-#include "write/serialize.h"
+#include "ops/import_internal.h"
 
 namespace gguf {
 namespace {
 
 using json = nlohmann::json;
+
+}  // namespace
+
+namespace detail {
 
 // The payload of a packed tensor as `type`, made in units of one block (q4_1, q5_1) or one
 // element (f32), about 8 MiB at a time, split across threads.
@@ -55,13 +59,12 @@ Producer affine_producer(const SafetensorsFile& file, const PackedAffineTensor& 
       });
 }
 
-// ggml ne order (innermost first) of a row-major shape; a scalar is one element.
 std::vector<int64_t> ne_of(const std::vector<int64_t>& shape) {
   if (shape.empty()) return {1};
   return {shape.rbegin(), shape.rend()};
 }
 
-}  // namespace
+}  // namespace detail
 
 std::optional<GgmlType> ggml_type_of_dtype(std::string_view dtype) {
   static const std::pair<std::string_view, GgmlType> kMap[] = {
@@ -225,7 +228,7 @@ ImportResult import_safetensors(const SafetensorsFile& file, const ImportOptions
         row.source = path;
         row.type_before = "affine";
         row.type_after = traits(*type).id;
-        row.shape = ne_of(t->shape);
+        row.shape = detail::ne_of(t->shape);
         row.bytes_before = (t->codes->end - t->codes->begin) + (t->scales->end - t->scales->begin) +
                            (t->mins->end - t->mins->begin);
         const uint64_t rb = *row_bytes(*type, t->cols);
@@ -235,7 +238,7 @@ ImportResult import_safetensors(const SafetensorsFile& file, const ImportOptions
         row.group = t->group;
         row.packed = t;
         tensors.push_back({t->name, row.type_after, row.shape, row.bytes_after,
-                           affine_producer(file, *t, *type, o.threads)});
+                           detail::affine_producer(file, *t, *type, o.threads)});
         rows.push_back(std::move(row));
       }
       continue;
@@ -256,7 +259,7 @@ ImportResult import_safetensors(const SafetensorsFile& file, const ImportOptions
     row.source = path;
     row.type_before = traits(*type).name;
     row.type_after = traits(*type).id;
-    row.shape = ne_of(st.shape);
+    row.shape = detail::ne_of(st.shape);
     row.bytes_before = row.bytes_after = st.end - st.begin;
     row.action = "copy";
     row.plain = &st;
@@ -264,74 +267,8 @@ ImportResult import_safetensors(const SafetensorsFile& file, const ImportOptions
                        FileRange{file.source_ptr(), st.begin}});
     rows.push_back(std::move(row));
   }
-  const auto offset_of = [&](const ImportRow& row) {
-    return row.packed ? row.packed->entry_offset : file.entry_offset(row.name);
-  };
-  for (const auto& row : rows) {
-    if (row.name.empty())
-      throw Error(path, tensor_object(row.name), offset_of(row),
-                  "an empty name: a GGUF tensor needs one");
-    if (row.name.size() > kMaxNameBytes)
-      throw Error(path, tensor_object(row.name), offset_of(row),
-                  fmt::format("its name is {} bytes long; GGUF tensor names (ggml's) are at most "
-                              "{}",
-                              row.name.size(), kMaxNameBytes));
-  }
-
-  if (!o.base) {
-    r.plan.tensors = std::move(tensors);
-    r.rows = std::move(rows);
-  } else {
-    for (const auto& kv : o.base->metadata().entries())
-      if (!kv.key.starts_with("split.")) r.plan.metadata.append(kv);
-    if (auto note = raise_small_alignment(r.plan.metadata)) r.notes.push_back(std::move(*note));
-    if (auto note = overlap_warning(*o.base)) r.notes.push_back(std::move(*note));
-    std::map<std::string, size_t, std::less<>> index;
-    for (size_t i = 0; i < rows.size(); ++i) index.emplace(rows[i].name, i);
-    std::vector<bool> used(rows.size(), false);
-    for (const TensorRef& t : o.base->tensors()) {
-      const TensorInfo& info = *t.info;
-      if (const auto it = index.find(info.name); it != index.end()) {
-        const size_t i = it->second;
-        if (!same_shape(rows[i].shape, info.shape))
-          throw Error(path, tensor_object(info.name), offset_of(rows[i]),
-                      fmt::format("shape {} (ggml order) here, but {} in the base {}",
-                                  shape_text(rows[i].shape), shape_text(info.shape),
-                                  escape_for_terminal(o.base->path())));
-        used[i] = true;
-        r.plan.tensors.push_back(std::move(tensors[i]));
-        r.rows.push_back(std::move(rows[i]));
-        continue;
-      }
-      info.require_ggml_name(t.file->path());
-      ImportRow row;
-      row.name = info.name;
-      row.source = t.file->path();
-      row.type_before = type_name(info.type_id);
-      row.type_after = info.type_id;
-      row.shape = info.shape;
-      row.bytes_before = row.bytes_after = info.require_bytes(t.file->path());
-      row.action = "copy";
-      row.from_base = true;
-      r.plan.tensors.push_back({info.name, info.type_id, info.shape, row.bytes_after,
-                                FileRange{t.file->source_ptr(), t.data_start()}});
-      r.rows.push_back(std::move(row));
-    }
-    size_t extra = 0;
-    std::string first_extra;
-    for (size_t i = 0; i < rows.size(); ++i) {
-      if (used[i]) continue;
-      if (extra++ == 0) first_extra = rows[i].name;
-      r.plan.tensors.push_back(std::move(tensors[i]));
-      r.rows.push_back(std::move(rows[i]));
-    }
-    if (extra > 0)
-      r.notes.push_back(fmt::format(
-          "{} tensor{} of the import ({}'{}') {} not in the base: appended after its tensors",
-          extra, extra == 1 ? "" : "s", extra == 1 ? "" : "the first: ",
-          escape_for_terminal(first_extra), extra == 1 ? "is" : "are"));
-  }
-  if (r.rows.empty()) throw Error(path, {}, std::nullopt, "the file holds no tensor to import");
+  for (auto& row : rows) row.file = &file;
+  detail::place_import(r, std::move(rows), std::move(tensors), o);
   if (const size_t other = file.metadata().size() - (file.metadata_value("packed_affine") ? 1 : 0);
       other > 0)
     r.notes.push_back(fmt::format(
@@ -342,16 +279,11 @@ ImportResult import_safetensors(const SafetensorsFile& file, const ImportOptions
   for (const auto& row : r.rows) n_packed += row.packed != nullptr;
   if (n_packed == 0)
     r.notes.push_back("the file has no packed_affine tensors: its tensors are copied as they are");
-
-  set_file_type_keys(r.plan);
-  std::vector<const PlanTensor*> ptrs;
-  for (const auto& t : r.plan.tensors) ptrs.push_back(&t);
-  r.bytes_after = detail::layout_of(r.plan.metadata, ptrs).file_size;
   return r;
 }
 
-ImportProof prove_import(const SafetensorsFile& file, const ImportResult& result, const Model& out,
-                         unsigned threads, std::span<const std::string> names) {
+ImportProof prove_import(const ImportResult& result, const Model& out, unsigned threads,
+                         std::span<const std::string> names, const SafetensorsFile* fallback) {
   const auto name_of = [&](const TensorRef& t) {
     return t.shard < names.size() ? names[t.shard] : t.file->path();
   };
@@ -371,6 +303,13 @@ ImportProof prove_import(const SafetensorsFile& file, const ImportResult& result
                               type_name(row.type_after), shape_text(row.shape)));
     const auto data = t->data();
     ++proof.tensors;
+    if (row.mapped) {
+      const auto m = detail::prove_mapped(row, *t, path, threads);
+      proof.values += m.values;
+      proof.bytes += m.bytes;
+      continue;
+    }
+    const SafetensorsFile& file = row.file ? *row.file : *fallback;
     if (row.plain) {
       // In 64 MiB pieces, both sides' pages handed back as they are compared.
       const auto src = file.data(*row.plain);
@@ -446,8 +385,14 @@ ImportProof prove_import(const SafetensorsFile& file, const ImportResult& result
 }
 
 ImportProof prove_import(const SafetensorsFile& file, const ImportResult& result,
+                         const Model& written, unsigned threads,
+                         std::span<const std::string> names) {
+  return prove_import(result, written, threads, names, &file);
+}
+
+ImportProof prove_import(const SafetensorsFile& file, const ImportResult& result,
                          const std::string& output_path, unsigned threads) {
-  return prove_import(file, result, Model::open(output_path), threads);
+  return prove_import(result, Model::open(output_path), threads, {}, &file);
 }
 
 std::vector<uint8_t> pack_affine_safetensors(const std::vector<AffineSource>& tensors,

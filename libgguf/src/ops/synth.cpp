@@ -189,14 +189,16 @@ Plan synth_moe_plan(const MoeSpec& s) {
 }
 
 Plan synth_llama_moe_plan(const LlamaMoeSpec& s) {
+  const bool qwen = s.arch == "qwen3moe";
   if (s.vocab < 259 || s.n_head <= 0 || s.n_head_kv <= 0 || s.n_head % s.n_head_kv != 0 ||
-      s.n_embd % s.n_head != 0 || s.n_expert_used > s.n_experts || s.n_layers <= 0)
+      s.n_embd % s.n_head != 0 || s.n_expert_used > s.n_experts || s.n_layers <= 0 ||
+      s.head_dim < 0 || (s.arch != "llama" && !qwen) || (qwen && s.dense))
     throw Error("synthetic llama MoE: inconsistent spec", Error::Kind::kUsage);
   Builder b{s.threads, s.seed, {}};
   Metadata& m = b.plan.metadata;
-  const std::string arch = "llama";
+  const std::string& arch = s.arch;
   const auto u32 = [](int v) { return Value::u32(static_cast<uint32_t>(v)); };
-  const int head_dim = s.n_embd / s.n_head;
+  const int head_dim = s.head_dim > 0 ? s.head_dim : s.n_embd / s.n_head;
   m.set("general.architecture", Value::string(arch));
   m.set("general.name", Value::string(s.name));
   m.set("general.quantization_version", Value::u32(2));
@@ -209,8 +211,15 @@ Plan synth_llama_moe_plan(const LlamaMoeSpec& s) {
   m.set(arch + ".rope.dimension_count", u32(head_dim));
   m.set(arch + ".rope.freq_base", Value::f32(10000.0f));
   m.set(arch + ".attention.layer_norm_rms_epsilon", Value::f32(1e-5f));
-  m.set(arch + ".expert_count", u32(s.n_experts));
-  m.set(arch + ".expert_used_count", u32(s.n_expert_used));
+  if (qwen) {
+    m.set(arch + ".attention.key_length", u32(head_dim));
+    m.set(arch + ".attention.value_length", u32(head_dim));
+    m.set(arch + ".expert_feed_forward_length", u32(s.n_ff));
+  }
+  if (!s.dense) {
+    m.set(arch + ".expert_count", u32(s.n_experts));
+    m.set(arch + ".expert_used_count", u32(s.n_expert_used));
+  }
   m.set(arch + ".vocab_size", u32(s.vocab));
   // SentencePiece-style vocabulary: <unk>, <s>, </s>, the 256 byte tokens, then plain pieces.
   m.set("tokenizer.ggml.model", Value::string("llama"));
@@ -238,6 +247,7 @@ Plan synth_llama_moe_plan(const LlamaMoeSpec& s) {
   m.set("tokenizer.ggml.eos_token_id", Value::u32(2));
 
   const int64_t e = s.n_embd, f = s.n_ff, x = s.n_experts, kv = s.n_head_kv * head_dim;
+  const int64_t qd = s.n_head * head_dim;
   size_t overridden = 0;
   const auto add = [&](const std::string& name, std::vector<int64_t> shape, GgmlType type,
                        float scale, float offset = 0.0f) {
@@ -249,11 +259,21 @@ Plan synth_llama_moe_plan(const LlamaMoeSpec& s) {
   for (int l = 0; l < s.n_layers; ++l) {
     const auto n = [l](const char* kind) { return fmt::format("blk.{}.{}.weight", l, kind); };
     add(n("attn_norm"), {e}, GgmlType::F32, 0.1f, 1.0f);
-    add(n("attn_q"), {e, e}, s.weights, 0.05f);
+    add(n("attn_q"), {e, qd}, s.weights, 0.05f);
     add(n("attn_k"), {e, kv}, s.weights, 0.05f);
     add(n("attn_v"), {e, kv}, s.weights, 0.05f);
-    add(n("attn_output"), {e, e}, s.weights, 0.05f);
+    add(n("attn_output"), {qd, e}, s.weights, 0.05f);
+    if (qwen) {
+      add(n("attn_q_norm"), {head_dim}, GgmlType::F32, 0.1f, 1.0f);
+      add(n("attn_k_norm"), {head_dim}, GgmlType::F32, 0.1f, 1.0f);
+    }
     add(n("ffn_norm"), {e}, GgmlType::F32, 0.1f, 1.0f);
+    if (s.dense) {
+      add(n("ffn_gate"), {e, f}, s.weights, 0.05f);
+      add(n("ffn_up"), {e, f}, s.weights, 0.05f);
+      add(n("ffn_down"), {f, e}, s.weights, 0.05f);
+      continue;
+    }
     add(n("ffn_gate_inp"), {e, x}, GgmlType::F32, 0.1f);
     add(n("ffn_gate_exps"), {e, f, x}, s.weights, 0.05f);
     add(n("ffn_up_exps"), {e, f, x}, s.weights, 0.05f);

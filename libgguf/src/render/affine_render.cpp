@@ -15,15 +15,21 @@ namespace gguf {
 namespace {
 
 std::string before_text(const ImportRow& row) {
-  return row.packed ? fmt::format("u{} affine g{}", row.bits, row.group) : row.type_before;
+  return row.type_before == "affine" ? fmt::format("u{} affine g{}", row.bits, row.group)
+                                     : row.type_before;
 }
 
 }  // namespace
 
 std::string render_import_text(const ImportResult& r, const WriteResult* written,
                                const ImportProof* proof) {
-  Table t({"tensor", "from", "to", "shape", "bytes before", "bytes after"},
-          {true, true, true, true, false, false});
+  // A Hugging Face checkpoint's rows say where each tensor comes from and how its rows move.
+  const bool hf = !r.architecture.empty();
+  Table t = hf ? Table({"source tensor", "tensor", "transform", "from", "to", "shape",
+                        "bytes before", "bytes after"},
+                       {true, true, true, true, true, true, false, false})
+               : Table({"tensor", "from", "to", "shape", "bytes before", "bytes after"},
+                       {true, true, true, true, false, false});
   size_t imported = 0, packed = 0, base = 0;
   for (const auto& row : r.rows) {
     if (row.from_base) {
@@ -31,9 +37,16 @@ std::string render_import_text(const ImportResult& r, const WriteResult* written
       continue;
     }
     ++imported;
-    packed += row.packed != nullptr;
-    t.add({escape_for_terminal(row.name), before_text(row), type_name(row.type_after),
-           shape_text(row.shape), human_bytes(row.bytes_before), human_bytes(row.bytes_after)});
+    packed += row.packed != nullptr ||
+              (row.mapped != nullptr && row.mapped->sources.front().packed != nullptr);
+    std::vector<std::string> cells = {escape_for_terminal(row.name), before_text(row),
+                                      type_name(row.type_after),     shape_text(row.shape),
+                                      human_bytes(row.bytes_before), human_bytes(row.bytes_after)};
+    if (hf) {
+      cells.insert(cells.begin(), escape_for_terminal(row.hf_name.empty() ? "-" : row.hf_name));
+      cells.insert(cells.begin() + 2, row.transform.empty() ? "-" : row.transform);
+    }
+    t.add(cells);
   }
   std::string out = t.render();
   out += fmt::format(
@@ -64,7 +77,7 @@ std::string render_import_json(const ImportResult& r, const WriteResult* written
     json j = {{"name", utf8_or_escaped(row.name)},
               {"source", utf8_or_escaped(row.source)},
               // A packed tensor had no ggml type: null (its bits and group say what it was).
-              {"type_before", row.packed ? json(nullptr) : json(row.type_before)},
+              {"type_before", row.type_before == "affine" ? json(nullptr) : json(row.type_before)},
               {"type_after", type_name(row.type_after)},
               {"shape", row.shape},
               {"bytes_before", row.bytes_before},
@@ -74,10 +87,15 @@ std::string render_import_json(const ImportResult& r, const WriteResult* written
               {"requantized", false},
               {"importance", nullptr},  // as every gguf-requant report: an import weights nothing
               {"rule", nullptr}};
-    if (row.packed) {
+    if (row.type_before == "affine") {
       j["bits"] = row.bits;
       j["group"] = row.group;
     }
+    if (!row.hf_name.empty()) {
+      j["hf_name"] = utf8_or_escaped(row.hf_name);
+      j["transform"] = row.transform;
+    }
+    if (!row.type_base.empty()) j["type_base"] = row.type_base;
     doc["tensors"].push_back(std::move(j));
   }
   detail::add_written_json(doc, r.bytes_before, r.bytes_after, written);

@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <span>
 #include <string>
@@ -72,9 +73,36 @@ std::optional<GgmlType> ggml_type_of_dtype(std::string_view dtype);
 struct ImportOptions {
   std::optional<GgmlType> type;  // q4_1, q5_1 or f32 for every packed tensor; none: smallest
   // Start from this GGUF: its metadata, and its tensors in its order, each replaced by the
-  // import's tensor of the same name (same shape required); the import's other tensors follow.
+  // import's tensor of the same name (same shape required). An import tensor with no place in
+  // the base is an error, unless append_unmatched: then it follows the base's tensors.
   const Model* base = nullptr;
   unsigned threads = 1;  // for making the payloads and for the proof
+  bool append_unmatched = false;
+};
+
+// One source of a mapped tensor: a packed tensor or a plain one, in one shard.
+struct MappedSource {
+  const SafetensorsFile* file = nullptr;
+  const PackedAffineTensor* packed = nullptr;
+  const SafetensorsTensor* plain = nullptr;
+};
+
+// A tensor of a Hugging Face checkpoint import whose rows come from its sources in another
+// order (the llama q/k permutation, experts stacked, DeepSeek's kv_b split). "Rows" are all
+// dimensions but the innermost (GGUF's ne[0], the source's last): they move whole, so a packed
+// row keeps its codes, scales and mins. kKvBKeys alone moves single values (a transpose).
+struct MappedTensor {
+  enum class Move { kPermute, kStack, kKvBKeys, kKvBValues };
+  Move move = Move::kPermute;
+  std::vector<MappedSource> sources;  // one, or the experts in order
+  uint64_t rows = 0, cols = 0;        // of the output
+  uint64_t heads = 0;                 // kPermute, kKvB*: heads
+  uint64_t nope = 0, v = 0;           // kKvB*: key and value rows per head of kv_b_proj
+  uint64_t source_cols = 0;           // kKvBKeys: kv_b_proj's columns (kv_lora_rank)
+  // Where output row r comes from (not kKvBKeys): the source and its row.
+  std::pair<size_t, uint64_t> source_row(uint64_t r) const;
+  // kKvBKeys: the source element (row-major) that output element (r, c) is.
+  uint64_t key_source(uint64_t r, uint64_t c) const;
 };
 
 struct ImportRow {
@@ -88,14 +116,22 @@ struct ImportRow {
   unsigned bits = 0;   // packed tensors only
   uint64_t group = 0;
   bool from_base = false;  // copied from the base GGUF
-  // Index into packed (packed tensors) or the safetensors tensor (plain ones), for the proof.
+  std::string type_base;   // with a base: the type of the base tensor it replaces, when another
+  // The source, for the proof: a packed tensor or a plain one of `file`, or a mapped tensor.
+  const SafetensorsFile* file = nullptr;
   const PackedAffineTensor* packed = nullptr;
   const SafetensorsTensor* plain = nullptr;
+  const MappedTensor* mapped = nullptr;
+  // Hugging Face checkpoints: the source's name (a stack: "...experts.{0..7}.w1.weight") and
+  // the transform (hf_names.h's transform_name); empty otherwise.
+  std::string hf_name, transform;
 };
 
 struct ImportResult {
   Plan plan;
   std::vector<PackedAffineTensor> packed;  // rows point into this; do not copy the result
+  std::vector<std::unique_ptr<MappedTensor>> mapped;  // likewise
+  std::string architecture;  // a checkpoint's, from its config.json ("" when none)
   std::vector<ImportRow> rows;
   std::vector<std::string> inputs;
   uint64_t bytes_before = 0, bytes_after = 0;
@@ -127,6 +163,11 @@ ImportProof prove_import(const SafetensorsFile& file, const ImportResult& result
                          std::span<const std::string> names = {});
 ImportProof prove_import(const SafetensorsFile& file, const ImportResult& result,
                          const std::string& output_path, unsigned threads = 1);
+// The same for an import whose rows name their sources (every import since rows carry `file`;
+// `fallback` serves rows that do not).
+ImportProof prove_import(const ImportResult& result, const Model& written, unsigned threads = 1,
+                         std::span<const std::string> names = {},
+                         const SafetensorsFile* fallback = nullptr);
 
 std::string render_import_text(const ImportResult& r, const WriteResult* written,
                                const ImportProof* proof);

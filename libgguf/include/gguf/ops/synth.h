@@ -52,7 +52,12 @@ Plan synth_moe_plan(const MoeSpec& spec);
 // tensors (ffn_{gate,up,down}_exps) and an SPM vocabulary of byte tokens, complete enough for
 // llama.cpp itself to load and run, so end-to-end tests can check what the tools write against
 // the real inference code. All matrices at `weights` (norms and the router stay f32).
+// With dense, a plain llama (ffn_{gate,up,down}, no experts); with arch "qwen3moe", a Qwen3-MoE
+// (q/k norms, head_dim of its own, expert FFN width n_ff).
 struct LlamaMoeSpec {
+  std::string arch = "llama";  // or "qwen3moe"
+  bool dense = false;          // llama only
+  int head_dim = 0;            // 0: n_embd / n_head
   std::string name = "tiny-mixtral";
   int n_layers = 2;
   int n_experts = 4;
