@@ -417,8 +417,7 @@ TEST(hf_import_cli, shards_without_config_keep_their_names) {
   std::filesystem::create_directory(dir.file("sharded"));
   testing::ShardWriter one, a, b;
   const auto up = testing::random_rows(1, 128, 64), down = testing::random_rows(2, 64, 128);
-  for (testing::ShardWriter* w : {&one, &a})
-    w->add_packed("blk.0.ffn_up.weight", {128, 64}, up);
+  for (testing::ShardWriter* w : {&one, &a}) w->add_packed("blk.0.ffn_up.weight", {128, 64}, up);
   for (testing::ShardWriter* w : {&one, &b}) {
     w->add_packed("blk.0.ffn_down.weight", {64, 128}, down);
     w->add_plain("blk.0.ffn_norm.weight", "F32", {4}, std::vector<uint8_t>(16, 7));
@@ -436,9 +435,51 @@ TEST(hf_import_cli, shards_without_config_keep_their_names) {
   r = run_cli("gguf-requant", {dir.file("sharded"), "-o", dir.file("twice.gguf")});
   EXPECT_EQ(r.code, 1);
   EXPECT_EQ(r.err, error_line(dir.file("sharded/c.safetensors") +
-                              ": tensor 'blk.0.ffn_up.weight.codes': at byte 9: also in '" +
+                              ": tensor 'blk.0.ffn_up.weight.codes': at byte 263: also in '" +
                               dir.file("sharded/a.safetensors") +
                               "': a tensor name must be unique in a checkpoint"));
+}
+
+// The experts of one *_exps tensor must be alike: an odd one is named.
+TEST(hf_import_cli, odd_expert) {
+  TempDir dir;
+  std::filesystem::create_directory(dir.file("moe"));
+  testing::ShardWriter w;
+  w.add_packed("model.layers.0.mlp.experts.0.up_proj.weight", {64, 32},
+               testing::random_rows(1, 64, 32, 4));
+  w.add_packed("model.layers.0.mlp.experts.1.up_proj.weight", {64, 32},
+               testing::random_rows(2, 64, 32, 3));
+  w.write(dir.file("moe/model.safetensors"));
+  testing::write_text(dir.file("moe/config.json"),
+                      R"({"architectures": ["Qwen3MoeForCausalLM"], "num_experts": 2})");
+  auto r = run_cli("gguf-requant", {dir.file("moe"), "-o", dir.file("o.gguf")});
+  EXPECT_EQ(r.code, 1);
+  EXPECT_EQ(r.err, error_line(dir.file("moe/model.safetensors") +
+                              ": tensor 'model.layers.0.mlp.experts.1.up_proj.weight': at byte "
+                              "25: expert 1 is u3 affine g32 [64, 32], but expert 0 is u4 affine "
+                              "g32 [64, 32]: the experts of blk.0.ffn_up_exps.weight must all be "
+                              "2-D and alike"));
+  // Alike, they stack in expert order (no base: the output holds the import alone).
+  w = testing::ShardWriter();
+  w.add_packed("model.layers.0.mlp.experts.1.up_proj.weight", {64, 32},
+               testing::random_rows(2, 64, 32, 4));
+  w.add_packed("model.layers.0.mlp.experts.0.up_proj.weight", {64, 32},
+               testing::random_rows(1, 64, 32, 4));
+  w.write(dir.file("moe/model.safetensors"));
+  r = run_cli("gguf-requant", {dir.file("moe"), "-o", dir.file("o.gguf"), "--json"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["tensors"][0]["shape"], nlohmann::json::array({32, 64, 2}));
+  const Model m = Model::open(dir.file("o.gguf"));
+  std::vector<float> got(64 * 32 * 2);
+  dequantize(GgmlType::Q4_1, m.tensors()[0].data(), got);
+  const auto e0 = testing::random_rows(1, 64, 32, 4), e1 = testing::random_rows(2, 64, 32, 4);
+  size_t wrong = 0;
+  for (uint64_t i = 0; i < 64 * 32; ++i) {
+    wrong += got[i] != e0.value(i / 32, i % 32);
+    wrong += got[64 * 32 + i] != e1.value(i / 32, i % 32);
+  }
+  EXPECT_EQ(wrong, 0u);
 }
 
 }  // namespace

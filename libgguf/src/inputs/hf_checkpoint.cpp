@@ -58,7 +58,7 @@ std::optional<uint64_t> config_uint(const json& doc, const std::string& path,
 }  // namespace
 
 SafetensorsIndex parse_safetensors_index(std::string_view text, const std::string& path) {
-  const json doc = detail::parse_json_checked(text, path, {}, 0, 4, "index");
+  const json doc = detail::parse_json_checked(text, path, {}, 0, 16, "index");
   if (!doc.is_object()) throw Error(path, {}, 0, "a safetensors index is a JSON object");
   const auto map = doc.find("weight_map");
   if (map == doc.end() || !map->is_object())
