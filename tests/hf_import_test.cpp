@@ -2,6 +2,7 @@
 // (q/k permutation, expert stacking, DeepSeek's kv_b), the --base rules, and the refusals.
 #include "gguf/ops/hf_import.h"
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -480,6 +481,45 @@ TEST(hf_import_cli, odd_expert) {
     wrong += got[64 * 32 + i] != e1.value(i / 32, i % 32);
   }
   EXPECT_EQ(wrong, 0u);
+}
+
+// The proof compares each output value with the source element it came from: a changed code in
+// a permuted row is found, naming the output row and the HF row it came from.
+TEST(hf_import, proof_names_the_source_row_of_a_changed_value) {
+  Fixture f;
+  const auto cp = HfCheckpoint::open(f.hf);
+  const Model base = Model::open(f.base);
+  const ImportResult r = import_checkpoint(cp, {std::nullopt, &base});
+  const std::string out = f.dir.file("tampered.gguf");
+  write_plan(r.plan, out, {});
+  EXPECT_GT(prove_import(r, Model::open(out)).values, 0u);
+  uint64_t at = 0;
+  {
+    const Model m = Model::open(out);
+    at = m.find("blk.0.attn_q.weight")->data_start() + 40;  // row 1 (two q4_1 blocks a row)
+  }
+  {
+    std::fstream io(out, std::ios::in | std::ios::out | std::ios::binary);
+    io.seekg(static_cast<std::streamoff>(at + 4));
+    char c = 0;
+    io.get(c);
+    io.seekp(static_cast<std::streamoff>(at + 4));
+    io.put(static_cast<char>(c ^ 1));  // the code of column 0
+  }
+  try {
+    (void)prove_import(r, Model::open(out));
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    // 4 heads of 16 rows: GGUF row 1 is HF row (1 mod 2) * 8 + 1 / 2 = 8.
+    const std::string prefix = fmt::format(
+        "{}: tensor 'blk.0.attn_q.weight': at byte {}: reading back: row 1, column 0 decodes to ",
+        out, at);
+    EXPECT_EQ(std::string(e.what()).substr(0, prefix.size()), prefix) << e.what();
+    EXPECT_NE(std::string(e.what()).find(
+                  ", but its source, 'model.layers.0.self_attn.q_proj.weight' row 8 column 0, is "),
+              std::string::npos)
+        << e.what();
+  }
 }
 
 }  // namespace

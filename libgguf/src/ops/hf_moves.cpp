@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstring>
 #include <mutex>
+#include <tuple>
 
 #include "gguf/base/error.h"
 #include "gguf/base/escape.h"
@@ -145,66 +146,66 @@ MappedProof prove_mapped(const ImportRow& row, const TensorRef& t, const std::st
   uint64_t bad_row = UINT64_MAX, bad_col = 0;
   std::string bad_what;
   tbb::global_control limit(tbb::global_control::max_allowed_parallelism, std::max(1u, threads));
+  const bool keys = m.move == MappedTensor::Move::kKvBKeys;
+  const uint64_t scols = keys ? m.source_cols : m.cols;  // a source row's values
   tbb::parallel_for(uint64_t{0}, (m.rows + per - 1) / per, [&](uint64_t k) {
     const uint64_t r0 = k * per, r1 = std::min(m.rows, r0 + per);
-    std::vector<float> got(m.cols), want(m.cols);
-    for (uint64_t r = r0; r < r1; ++r) {
-      const auto out_row = data.subspan(static_cast<size_t>(r * rb), static_cast<size_t>(rb));
-      // The source element of column c, as (source, element index).
-      const auto source_of = [&](uint64_t c) -> std::pair<size_t, uint64_t> {
-        if (m.move == MappedTensor::Move::kKvBKeys) return {0, m.key_source(r, c)};
-        const auto [si, sr] = m.source_row(r);
-        const MappedSource& s = m.sources[si];
-        const uint64_t scols = s.packed ? s.packed->cols : m.cols;
-        return {si, sr * scols + c};
+    std::vector<float> got, want;
+    for (uint64_t r = r0; r < r1;) {
+      // A run of rows that are consecutive in one source too (the keys of kv_b: one row).
+      size_t si = 0;
+      uint64_t sr = 0, len = 1;
+      if (!keys) {
+        std::tie(si, sr) = m.source_row(r);
+        while (r + len < r1 && m.source_row(r + len) == std::pair{si, sr + len}) ++len;
+      }
+      const MappedSource& s = m.sources[si];
+      const uint64_t n = len * m.cols;
+      const auto out = data.subspan(static_cast<size_t>(r * rb), static_cast<size_t>(len * rb));
+      // The source element of value i of the run.
+      const auto source_of = [&](uint64_t i) {
+        return keys ? m.key_source(r, i) : (sr + i / m.cols) * m.cols + i % m.cols;
       };
-      uint64_t c = m.cols;
+      uint64_t i = n;  // the first value that differs
       if (packed) {
-        dequantize(type, out_row, got);
-        if (m.move == MappedTensor::Move::kKvBKeys) {
-          for (uint64_t j = 0; j < m.cols; ++j)  // value by value: a transpose
-            affine_values(*m.sources[0].file, *m.sources[0].packed, source_of(j).second, 1,
-                          {&want[j], 1});
+        got.resize(n);
+        want.resize(n);
+        dequantize(type, out, got);
+        if (keys) {
+          for (uint64_t j = 0; j < n; ++j)  // value by value: a transpose
+            affine_values(*s.file, *s.packed, source_of(j), 1, {&want[j], 1});
         } else {
-          const auto [si, e] = source_of(0);  // a whole source row
-          affine_values(*m.sources[si].file, *m.sources[si].packed, e, m.cols, want);
+          affine_values(*s.file, *s.packed, sr * m.cols, n, want);
         }
-        for (c = 0; c < m.cols; ++c)
-          if (std::memcmp(&got[c], &want[c], 4) != 0 &&
-              !(std::isnan(got[c]) && std::isnan(want[c])))
-            break;
+        if (std::memcmp(got.data(), want.data(), 4 * n) != 0)
+          for (i = 0; i < n; ++i)
+            if (std::memcmp(&got[i], &want[i], 4) != 0 &&
+                !(std::isnan(got[i]) && std::isnan(want[i])))
+              break;
+        if (!keys) release_affine_input(*s.file, *s.packed, sr * m.cols, n);
       } else {
         const uint64_t eb = rb / m.cols;
-        for (c = 0; c < m.cols; ++c) {
-          const auto [si, e] = source_of(c);
-          const MappedSource& s = m.sources[si];
-          if (std::memcmp(out_row.data() + c * eb, s.file->data(*s.plain).data() + e * eb, eb) != 0)
-            break;
-        }
+        const uint8_t* src = s.file->data(*s.plain).data();
+        if (keys || std::memcmp(out.data(), src + sr * rb, n * eb) != 0)
+          for (i = 0; i < n; ++i)
+            if (std::memcmp(out.data() + i * eb, src + source_of(i) * eb, eb) != 0) break;
       }
-      if (c < m.cols) {
-        const auto [si, e] = source_of(c);
-        const MappedSource& s = m.sources[si];
-        const uint64_t scols = s.packed ? s.packed->cols
-                               : s.plain->shape.size() > 1
-                                   ? static_cast<uint64_t>(s.plain->shape.back())
-                                   : 1;
-        const std::string name = s.packed ? s.packed->name : s.plain->name;
+      if (i < n) {
+        const uint64_t e = source_of(i);
+        const std::string& name = s.packed ? s.packed->name : s.plain->name;
         std::string what =
             packed ? fmt::format("decodes to {}, but its source, '{}' row {} column {}, is {}",
-                                 float_with_bits(got[c]), escape_for_terminal(name), e / scols,
-                                 e % scols, float_with_bits(want[c]))
+                                 float_with_bits(got[i]), escape_for_terminal(name), e / scols,
+                                 e % scols, float_with_bits(want[i]))
                    : fmt::format("differs from its source, '{}' row {} column {}",
                                  escape_for_terminal(name), e / scols, e % scols);
         std::lock_guard lock(mu);
-        if (r < bad_row || (r == bad_row && c < bad_col))
-          bad_row = r, bad_col = c, bad_what = std::move(what);
+        const uint64_t br = r + i / m.cols, bc = i % m.cols;
+        if (br < bad_row || (br == bad_row && bc < bad_col))
+          bad_row = br, bad_col = bc, bad_what = std::move(what);
         return;
       }
-      if (packed && m.move != MappedTensor::Move::kKvBKeys) {
-        const auto [si, sr] = m.source_row(r);
-        release_affine_input(*m.sources[si].file, *m.sources[si].packed, sr * m.cols, m.cols);
-      }
+      r += len;
     }
     // Pages handed back as they are compared: memory stays bounded by the slice.
     t.file->source().release(t.data_start() + r0 * rb, (r1 - r0) * rb);
