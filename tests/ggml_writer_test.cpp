@@ -97,7 +97,7 @@ struct WriterApi {
 #define REQUIRE_WRITER()                 \
   GGUF_REQUIRE_GGML();                   \
   if (!WriterApi::get().missing.empty()) \
-  GTEST_SKIP() << "ggml lacks writer symbols:" << WriterApi::get().missing
+  GGUF_MISSING_REFERENCE("ggml lacks writer symbols:" << WriterApi::get().missing)
 
 struct WrittenTensor {
   std::string name;

@@ -2,10 +2,12 @@
 // the npm registry, the one the Hub runs on every uploaded GGUF) must read what the tools write
 // exactly as libgguf reads it: every key with its value type and value, every tensor's name,
 // type, shape and offset, and where the data section starts. Skips when node or the package is
-// missing (it is installed at configure time, next to ggml's library).
+// missing (it is installed at configure time, next to ggml's library; GGUF_HF_GGUF_DIR points
+// elsewhere), or fails then with GGUF_REQUIRE_REFERENCES set.
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <filesystem>
 #include <limits>
 #include <nlohmann/json.hpp>
@@ -15,6 +17,7 @@
 
 #include "affine_fixture.h"
 #include "cli_run.h"
+#include "ggml_ref.h"
 #include "gguf/format/file.h"
 #include "gguf/format/model.h"
 #include "gguf/ops/synth.h"
@@ -33,7 +36,12 @@ using testing::run_program;
 using testing::Tag;
 using testing::TempDir;
 
-const std::string kPrefix = GGUF_HF_GGUF_DIR;
+// Where npm installed the package: GGUF_HF_GGUF_DIR in the environment (CI's sanitized build
+// borrows the main build's copy), else the build's own.
+const std::string kPrefix = [] {
+  const char* env = std::getenv("GGUF_HF_GGUF_DIR");
+  return std::string(env && *env ? env : GGUF_HF_GGUF_DIR);
+}();
 const std::string kDump = std::string(GGUF_SOURCE_DIR) + "/tests/support/hf_gguf_dump.mjs";
 
 std::optional<std::string> hf_unavailable() {
@@ -127,7 +135,7 @@ MoeSpec small_moe() {
 }
 
 TEST(hf_gguf, reads_every_value_type_as_we_do_before_and_after_a_rewrite) {
-  if (auto why = hf_unavailable()) GTEST_SKIP() << *why;
+  if (auto why = hf_unavailable()) GGUF_MISSING_REFERENCE(*why);
   TempDir dir;
   const float inf = std::numeric_limits<float>::infinity();
   GgufBuilder b;
@@ -179,7 +187,7 @@ TEST(hf_gguf, reads_every_value_type_as_we_do_before_and_after_a_rewrite) {
 }
 
 TEST(hf_gguf, reads_what_splice_and_requant_write_as_we_do) {
-  if (auto why = hf_unavailable()) GTEST_SKIP() << *why;
+  if (auto why = hf_unavailable()) GGUF_MISSING_REFERENCE(*why);
   TempDir dir;
   const std::string base = dir.file("base.gguf"), donor = dir.file("donor.gguf"),
                     f16 = dir.file("f16.gguf");
@@ -199,7 +207,7 @@ TEST(hf_gguf, reads_what_splice_and_requant_write_as_we_do) {
 }
 
 TEST(hf_gguf, reads_every_shard_of_a_split_output_as_we_do) {
-  if (auto why = hf_unavailable()) GTEST_SKIP() << *why;
+  if (auto why = hf_unavailable()) GGUF_MISSING_REFERENCE(*why);
   TempDir dir;
   const std::string f16 = dir.file("f16.gguf");
   write_plan(synth_moe_plan(uniform_types(small_moe(), GgmlType::F16)), f16, {});
@@ -216,7 +224,7 @@ TEST(hf_gguf, reads_every_shard_of_a_split_output_as_we_do) {
 }
 
 TEST(hf_gguf, reads_a_packed_affine_import_as_we_do) {
-  if (auto why = hf_unavailable()) GTEST_SKIP() << *why;
+  if (auto why = hf_unavailable()) GGUF_MISSING_REFERENCE(*why);
   TempDir dir;
   AffineFile af(11);
   af.add_packed("blk.0.ffn_up.weight", 3, 64, {32, 256});

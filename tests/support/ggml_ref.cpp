@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace gguf::testing {
@@ -42,6 +43,24 @@ GgmlRef::GgmlRef() {
 }
 
 void* GgmlRef::symbol(const char* name) const { return handle_ ? dlsym(handle_, name) : nullptr; }
+
+bool references_required() {
+  const char* v = std::getenv("GGUF_REQUIRE_REFERENCES");
+  return v != nullptr && *v != '\0' && std::string_view(v) != "0";
+}
+
+bool GgmlRef::gguf_accepts(const std::string& path) const {
+  struct InitParams {  // gguf.h: struct gguf_init_params
+    bool no_alloc;
+    void** ctx;
+  };
+  const auto init =
+      reinterpret_cast<void* (*)(const char*, InitParams)>(symbol("gguf_init_from_file"));
+  const auto free = reinterpret_cast<void (*)(void*)>(symbol("gguf_free"));
+  void* ctx = init(path.c_str(), {true, nullptr});
+  if (ctx) free(ctx);
+  return ctx != nullptr;
+}
 
 size_t GgmlRef::quantize_chunk(int type, const float* src, void* dst, int64_t start, int64_t nrows,
                                int64_t n_per_row, const float* imatrix) const {

@@ -1,6 +1,7 @@
 // Test support: ggml's own library (libggml-base.so from the npm package
 // @node-llama-cpp/linux-x64@3.21.1), loaded with dlopen so tests can compare against it.
-// When it cannot be found, available() is false and conformance tests skip with reason().
+// When it cannot be found, available() is false and conformance tests skip with reason(), or
+// fail when GGUF_REQUIRE_REFERENCES is set (CI sets it: a missing judge must not pass unseen).
 #pragma once
 
 #include <cstddef>
@@ -31,6 +32,9 @@ class GgmlRef {
   size_t type_size(int type) const;
   int64_t blck_size(int type) const;
 
+  // ggml's gguf_init_from_file accepts the file at path (its header; no data is loaded).
+  bool gguf_accepts(const std::string& path) const;
+
   // Raw symbol lookup for tests that need more (e.g. the gguf_* reader API).
   void* symbol(const char* name) const;
   // Binds the function pointer fn to symbol name; when it is missing and required, appends
@@ -47,12 +51,25 @@ class GgmlRef {
   std::string path_, reason_;
 };
 
-// Skips the current GoogleTest when ggml is unavailable.
-#define GGUF_REQUIRE_GGML()                                     \
-  do {                                                          \
-    if (!::gguf::testing::GgmlRef::get().available())           \
-      GTEST_SKIP() << "ggml reference library not available: "  \
-                   << ::gguf::testing::GgmlRef::get().reason(); \
+// Whether the environment asks for every reference implementation (ggml, llama.cpp, Hugging
+// Face's parser) to be present: GGUF_REQUIRE_REFERENCES set and not "0". CI sets it.
+bool references_required();
+
+// Ends the current GoogleTest because a reference implementation is missing (why: a streamable
+// reason): a skip with the reason, or a failure when references_required().
+#define GGUF_MISSING_REFERENCE(why)                                                       \
+  do {                                                                                    \
+    if (::gguf::testing::references_required())                                           \
+      GTEST_FAIL() << why << " (GGUF_REQUIRE_REFERENCES is set: this test may not skip)"; \
+    GTEST_SKIP() << why;                                                                  \
+  } while (0)
+
+// Skips (or fails, see above) the current GoogleTest when ggml is unavailable.
+#define GGUF_REQUIRE_GGML()                                                                      \
+  do {                                                                                           \
+    if (!::gguf::testing::GgmlRef::get().available())                                            \
+      GGUF_MISSING_REFERENCE(                                                                    \
+          "ggml reference library not available: " << ::gguf::testing::GgmlRef::get().reason()); \
   } while (0)
 
 }  // namespace gguf::testing

@@ -1,13 +1,16 @@
 // Test support: llama.cpp itself (libllama from the npm package @node-llama-cpp/linux-x64, the
 // same package as ggml's reference library), loaded with dlopen, so end-to-end tests can check
 // that what the tools write loads in real llama.cpp and computes what it should.
-// When it cannot be found, available() is false and such tests skip with reason().
+// When it cannot be found, available() is false and such tests skip with reason() (or fail, with
+// GGUF_REQUIRE_REFERENCES set: see ggml_ref.h).
 #pragma once
 
 #include <string>
 #include <unordered_map>
 #include <variant>
 #include <vector>
+
+#include "ggml_ref.h"
 
 namespace gguf::testing {
 
@@ -52,11 +55,11 @@ class LlamaRef {
   void* llama_ = nullptr;
 };
 
-#define GGUF_REQUIRE_LLAMA()                                     \
-  do {                                                           \
-    if (!::gguf::testing::LlamaRef::get().available())           \
-      GTEST_SKIP() << "llama.cpp library not available: "        \
-                   << ::gguf::testing::LlamaRef::get().reason(); \
+#define GGUF_REQUIRE_LLAMA()                                                                 \
+  do {                                                                                       \
+    if (!::gguf::testing::LlamaRef::get().available())                                       \
+      GGUF_MISSING_REFERENCE(                                                                \
+          "llama.cpp library not available: " << ::gguf::testing::LlamaRef::get().reason()); \
   } while (0)
 
 }  // namespace gguf::testing

@@ -41,9 +41,19 @@ std::string tensor_object(std::string_view name) {
 }
 std::string key_object(std::string_view key) { return fmt::format("key {}", quoted_name(key)); }
 
+std::string_view as_ggml_reads(std::string_view name) { return name.substr(0, name.find('\0')); }
+
+std::string read_as_one_message(bool is_key, std::string_view first, std::string_view name) {
+  return fmt::format("ggml reads {} up to a NUL byte: this one and {} both read as '{}', and {}",
+                     is_key ? "keys" : "names", is_key ? key_object(first) : tensor_object(first),
+                     escape_for_terminal(as_ggml_reads(name)),
+                     is_key ? "its lookups by name find only the first"
+                            : "its reader refuses two tensors of one name");
+}
+
 const KeyValue* find_key_as_ggml(const Metadata& m, std::string_view key) {
   for (const KeyValue& e : m.entries())
-    if (std::string_view(e.key.c_str()) == key) return &e;
+    if (as_ggml_reads(e.key) == key) return &e;
   return nullptr;
 }
 

@@ -9,6 +9,7 @@
 #include <bit>
 #include <map>
 #include <numeric>
+#include <unordered_map>
 #include <unordered_set>
 
 #include "gguf/base/escape.h"
@@ -64,11 +65,24 @@ class Checker {
             fmt::format("key contains a NUL byte; ggml's lookups by name see it as '{}', other "
                         "readers may not",
                         escape_for_terminal(kv.key.substr(0, nul))));
+    check_read_as_one(f);
     check_alignment(f);
     bool layout_known = true;
     for (const TensorInfo& t : f.tensors()) layout_known &= check_tensor(f, t);
     // An unsized or out-of-bounds tensor (already reported) hides where the next should start.
     if (layout_known) check_layout(f);
+  }
+
+  // Keys and tensor names that ggml reads as one (they differ only after a NUL byte).
+  void check_read_as_one(const GgufFile& f) {
+    std::unordered_map<std::string_view, std::string_view> keys, names;
+    for (const KeyValue& kv : f.metadata().entries())
+      if (const auto [it, fresh] = keys.emplace(as_ggml_reads(kv.key), kv.key); !fresh)
+        add(f, key_object(kv.key), kv.offset, read_as_one_message(true, it->second, kv.key));
+    for (const TensorInfo& t : f.tensors())
+      if (const auto [it, fresh] = names.emplace(as_ggml_reads(t.name), t.name); !fresh)
+        add(f, tensor_object(t.name), t.info_offset,
+            read_as_one_message(false, it->second, t.name));
   }
 
   // The entry of key (with its byte offset, which Metadata::find does not give) as ggml and

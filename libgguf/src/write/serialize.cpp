@@ -7,6 +7,7 @@
 
 #include <bit>
 #include <cstring>
+#include <unordered_map>
 #include <unordered_set>
 
 #include "gguf/format/file.h"
@@ -55,6 +56,15 @@ void validate_value(const KeyValue& kv) {
                      value_type_name(v.array_type())));
 }
 
+// ggml compares keys and tensor names with strcmp, so two that differ only after a NUL byte
+// ("w\0a", "w\0b") are one to it. Returns the name seen before that reads as name does.
+std::optional<std::string_view> read_as_one(
+    std::unordered_map<std::string_view, std::string_view>& seen, std::string_view name) {
+  const auto [it, fresh] = seen.emplace(as_ggml_reads(name), name);
+  if (fresh) return std::nullopt;
+  return it->second;
+}
+
 }  // namespace
 
 void validate_header(const Metadata& metadata, uint32_t version,
@@ -62,14 +72,18 @@ void validate_header(const Metadata& metadata, uint32_t version,
   if (version != 2 && version != 3)
     throw Error(fmt::format("cannot write GGUF version {} (only versions 2 and 3)", version));
   std::unordered_set<std::string_view> keys;
+  std::unordered_map<std::string_view, std::string_view> keys_as_read;
   for (const auto& kv : metadata.entries()) {
     if (kv.key.empty()) throw Error({}, key_object(kv.key), std::nullopt, "empty key");
     if (!keys.insert(kv.key).second)
       throw Error({}, key_object(kv.key), std::nullopt, "duplicate key");
+    if (const auto first = read_as_one(keys_as_read, kv.key))
+      throw Error({}, key_object(kv.key), std::nullopt, read_as_one_message(true, *first, kv.key));
     validate_value(kv);
   }
   plan_alignment(metadata);
   std::unordered_set<std::string_view> names;
+  std::unordered_map<std::string_view, std::string_view> names_as_read;
   for (const PlanTensor* t : tensors) {
     const std::string object = tensor_object(t->name);
     if (t->name.empty()) throw Error({}, object, std::nullopt, "empty tensor name");
@@ -79,6 +93,8 @@ void validate_header(const Metadata& metadata, uint32_t version,
                               kMaxNameBytes));
     if (!names.insert(t->name).second)
       throw Error({}, object, std::nullopt, "duplicate tensor name");
+    if (const auto first = read_as_one(names_as_read, t->name))
+      throw Error({}, object, std::nullopt, read_as_one_message(false, *first, t->name));
     const uint64_t want = expected_bytes(*t);
     if (t->bytes != want)
       throw Error({}, object, std::nullopt,

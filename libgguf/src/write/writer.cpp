@@ -286,7 +286,8 @@ PlannedWrite check_plan(const Plan& plan, const std::string& path, const WriteOp
       planned.bytes += sh.layout.file_size;
     }
   } catch (const Error& e) {
-    if (e.path().empty()) throw e.with_context(where);
+    // Without a path there is no file to name ("out.gguf" only makes shard names).
+    if (e.path().empty() && !path.empty()) throw e.with_context(path);
     throw;
   }
   return planned;

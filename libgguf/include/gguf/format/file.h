@@ -65,6 +65,12 @@ bool same_shape(const std::vector<int64_t>& a, const std::vector<int64_t>& b);
 // [4096, 1] is a vector. Roles (classify_tensor) are given this count.
 int ggml_dims(const std::vector<int64_t>& shape);
 
+// A key or tensor name as ggml reads it: up to its first NUL byte (it compares names with
+// strcmp), so "w\0a" and "w\0b" are one name to ggml.
+std::string_view as_ggml_reads(std::string_view name);
+// Why a key (a tensor name) that ggml reads as it reads an earlier one, first, is a defect: for
+// keys its lookups find only the first; for tensors its reader refuses the file.
+std::string read_as_one_message(bool is_key, std::string_view first, std::string_view name);
 // The entry ggml's gguf_find_key finds: the first whose key reads `key` up to a NUL byte.
 const KeyValue* find_key_as_ggml(const Metadata& m, std::string_view key);
 
