@@ -281,6 +281,27 @@ TEST(codec_misc, nvfp4_scale_ties_like_ggml) {
                                       nullptr, "scale ties");
 }
 
+// Values at exactly half a step of amax (and one ulp either side), where rounding half away
+// from zero decides the code: q2_0's roundf and the ternary types' lroundf.
+TEST(codec_misc, halfway_values_round_like_ggml) {
+  GGUF_REQUIRE_GGML();
+  std::mt19937_64 rng(testing::salted(19));
+  std::vector<float> x(64 * 256);
+  for (size_t b = 0; b < x.size() / 64; ++b) {
+    // Powers of two make x / amax exact halves; other amax values land near them.
+    const float mantissa = rng() % 2 ? 1.0f : 1.0f + static_cast<float>(rng() % 64) / 64.0f;
+    const float amax = std::ldexp(mantissa, static_cast<int>(rng() % 40) - 20);
+    for (size_t j = 0; j < 64; ++j) {
+      const float half = 0.5f * amax * (rng() % 2 ? 1.0f : -1.0f);
+      const int nudge = static_cast<int>(rng() % 3) - 1;
+      x[64 * b + j] = nudge == 0 ? half : std::nextafter(half, nudge * INFINITY);
+    }
+    x[64 * b + rng() % 64] = rng() % 2 ? amax : -amax;
+  }
+  for (const auto t : {GgmlType::Q2_0, GgmlType::TQ1_0, GgmlType::TQ2_0})
+    testing::expect_encode_matches_ggml(t, x, 64, 256, nullptr, "halfway values");
+}
+
 TEST(codec_misc, encodes_special_values_like_ggml) {
   GGUF_REQUIRE_GGML();
   for (const auto t : kMiscTypes)
