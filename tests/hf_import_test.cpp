@@ -522,5 +522,42 @@ TEST(hf_import, proof_names_the_source_row_of_a_changed_value) {
   }
 }
 
+// Head counts come from config.json, else from the base; the class from "architectures", else
+// "model_type"; config.json from beside the input, or --config.
+TEST(hf_import_cli, numbers_from_config_or_base_and_config_elsewhere) {
+  Fixture f;
+  ASSERT_EQ(f.import().code, 0);
+  const std::string config = f.hf + "/config.json";
+  auto j = nlohmann::json::parse(std::ifstream(config));
+  j.erase("architectures");
+  j.erase("num_attention_heads");
+  j.erase("num_key_value_heads");
+  j.erase("num_local_experts");
+  std::filesystem::remove(config);
+  testing::write_text(f.dir.file("elsewhere.json"), j.dump());
+  auto r = run_cli("gguf-requant", {f.hf, "--base", f.base, "-o", f.dir.file("b.gguf"), "--config",
+                                    f.dir.file("elsewhere.json")});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(run_cli("gguf-diff", {f.dir.file("out.gguf"), f.dir.file("b.gguf")}).code, 0);
+  // Without a base, nothing gives the heads.
+  r = run_cli("gguf-requant",
+              {f.hf, "-o", f.dir.file("c.gguf"), "--config", f.dir.file("elsewhere.json")});
+  EXPECT_EQ(r.code, 1);
+  EXPECT_EQ(r.err, error_line(f.hf +
+                              "/model-00001-of-00002.safetensors: tensor "
+                              "'model.layers.0.self_attn.q_proj.weight': at byte 25: the rotary "
+                              "permutation needs the number of heads: '" +
+                              f.dir.file("elsewhere.json") +
+                              "' has no num_attention_heads, and no base gives "
+                              "llama.attention.head_count"));
+  // --config belongs to an import.
+  r = run_cli("gguf-requant",
+              {f.base, "-o", f.dir.file("d.gguf"), "--type", "q8_0", "--config", config});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(r.err,
+            "gguf-requant: error: --config belongs to a packed-affine import (a safetensors "
+            "input)\nTry 'gguf-requant --help' for more information.\n");
+}
+
 }  // namespace
 }  // namespace gguf
