@@ -338,10 +338,12 @@ TEST(splice_errors, quantization_version_must_agree) {
                             nd)});
 }
 
-TEST(splice_errors, no_donor_is_a_usage_error) {
+TEST(splice_errors, no_donor_and_no_edit_is_a_usage_error) {
   const Model base = Model::open(fx().base);
   const auto f = [&] { splice(base, {}, {}); };
-  EXPECT_EQ(message_of(f), "nothing to splice: give a donor (--donor or --take)");
+  EXPECT_EQ(message_of(f),
+            "nothing to do: give a donor (--donor or --take), a key edit (--set, --set-file, "
+            "--delete) or --align");
   EXPECT_EQ(kind_of(f), Error::Kind::kUsage);
 }
 

@@ -18,7 +18,8 @@ using namespace gguf;
 
 constexpr std::string_view kTool = "gguf-splice";
 constexpr std::string_view kUsage =
-    "BASE.gguf (--donor DONOR.gguf [--layers L] [--role R] [--match RE] | --take SPEC ...)\n"
+    "BASE.gguf [--donor DONOR.gguf [--layers L] [--role R] [--match RE] | --take SPEC ...]\n"
+    "       [--set KEY=VALUE ...] [--set-file KEY=PATH ...] [--delete KEY ...] [--align N]\n"
     "       (-o OUT.gguf | --dry-run) [options]\n\n"
     "Copies the selected tensors' payloads from the donors into a copy of BASE, byte for byte,\n"
     "and writes a verified GGUF. The selection is made on BASE's tensor names; each selected\n"
@@ -27,13 +28,17 @@ constexpr std::string_view kUsage =
     "--take SPEC is DONOR.gguf:layers=37-42,role=routed,match=REGEX (any items, any order;\n"
     "a comma piece without a key continues the previous item, e.g. layers=1,3,5-7).\n"
     "Repeat --take for several donors; a tensor claimed by two donors is an error.\n\n"
+    "Key edits (--set, --set-file, --delete) apply to the output's metadata, with or without a\n"
+    "donor; with no donor the tensors are BASE's, byte for byte.\n\n"
     "Example (the ds4 recipe): gguf-splice ds4-2bit.gguf --donor ds4-q4_K.gguf --layers 37-42\n"
-    "       -o ds4-2bit-q4tail.gguf";
+    "       -o ds4-2bit-q4tail.gguf\n"
+    "Example (a key edit): gguf-splice model.gguf --set-file tokenizer.chat_template=t.jinja\n"
+    "       -o fixed.gguf";
 
 int run(int argc, char** argv) {
   std::string base_path, donor_path, out, split_size;
-  std::vector<std::string> takes, args;
-  uint64_t split_tensors = 0;
+  std::vector<std::string> takes, args, sets, set_files, deletes;
+  uint64_t split_tensors = 0, align = 0;
   cli::SelectorArgs sel;
   po::options_description desc("Options");
   desc.add_options()("help,h", "show this help and exit")("version", "show the version and exit")(
@@ -54,7 +59,17 @@ int run(int argc, char** argv) {
       "write a split set, N tensors per shard")(
       "keep-split", "write the output in the base's shards (the same tensors in each)")(
       "allow-mixed-gate-up", "permit gate and up experts of a layer to differ in type")(
-      "force-arch", "permit donors of another general.architecture");
+      "force-arch", "permit donors of another general.architecture")(
+      "set", po::value(&sets)->composing(),
+      "set a key: KEY=VALUE (an existing key keeps its type), KEY:TYPE=VALUE, "
+      "KEY:[TYPE]=V1,V2 (TYPE: u8 ... f64, bool, str; repeatable)")(
+      "set-file", po::value(&set_files)->composing(),
+      "set a key to a file's bytes, KEY=PATH (KEY:[TYPE]=PATH: an array, one element per line)")(
+      "delete", po::value(&deletes)->composing(), "delete a key (repeatable)")(
+      "force-keys", "permit deleting or retyping keys llama.cpp needs or reads with one type")(
+      "align", cli::count_value(&align, UINT64_MAX, "--align"),
+      "write general.alignment = N (a power of two >= 32; 4096 lets CoW file systems share "
+      "payload blocks); default: the base's");
   po::options_description hidden;
   hidden.add_options()("args", po::value(&args)->composing());
   po::positional_options_description positional;
@@ -75,8 +90,6 @@ int run(int argc, char** argv) {
   if (out.empty() && !dry_run) usage_error("missing -o OUT.gguf (or use --dry-run)");
   if (sel.given() && donor_path.empty())
     usage_error("--layers, --role and --match select from --donor; give --donor (or use --take)");
-  if (donor_path.empty() && takes.empty())
-    usage_error("nothing to splice: give --donor DONOR.gguf or --take DONOR.gguf:SELECTOR");
 
   std::vector<TakeSpec> specs;
   if (!donor_path.empty()) specs.push_back({donor_path, sel.parse()});
@@ -90,6 +103,12 @@ int run(int argc, char** argv) {
   if (keep_split && (wo.split_max_size || wo.split_max_tensors))
     usage_error("--keep-split excludes --split-max-size and --split-max-tensors");
 
+  SpliceOptions so;
+  so.allow_mixed_gate_up = vm.count("allow-mixed-gate-up") > 0;
+  so.force_arch = vm.count("force-arch") > 0;
+  so.edits = parse_edits(sets, set_files, deletes, vm.count("force-keys") > 0);
+  if (vm.count("align")) so.alignment = check_align_option(align);
+
   const Model base = Model::open(base_path);
   if (keep_split && base.shards().size() > 1) wo.split_tensor_counts = shard_tensor_counts(base);
   std::map<std::string, std::unique_ptr<Model>> models;  // a donor named twice opens once
@@ -99,9 +118,6 @@ int run(int argc, char** argv) {
     if (!m) m = std::make_unique<Model>(Model::open(s.path));
     donors.push_back({m.get(), with_default_role(std::move(s.selector))});
   }
-  SpliceOptions so;
-  so.allow_mixed_gate_up = vm.count("allow-mixed-gate-up") > 0;
-  so.force_arch = vm.count("force-arch") > 0;
   SpliceResult r = splice(base, donors, so);
   for (const auto& w : r.warnings)
     gguf::cli::eprint("{}: warning: {}\n", kTool, gguf::terminal_safe(w));

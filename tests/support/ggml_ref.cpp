@@ -49,16 +49,20 @@ bool references_required() {
   return v != nullptr && *v != '\0' && std::string_view(v) != "0";
 }
 
-bool GgmlRef::gguf_accepts(const std::string& path) const {
+bool GgmlRef::gguf_accepts(const std::string& path, bool load_data) const {
   struct InitParams {  // gguf.h: struct gguf_init_params
     bool no_alloc;
     void** ctx;
   };
   const auto init =
       reinterpret_cast<void* (*)(const char*, InitParams)>(symbol("gguf_init_from_file"));
-  const auto free = reinterpret_cast<void (*)(void*)>(symbol("gguf_free"));
-  void* ctx = init(path.c_str(), {true, nullptr});
-  if (ctx) free(ctx);
+  const auto free_gguf = reinterpret_cast<void (*)(void*)>(symbol("gguf_free"));
+  const auto free_ggml = reinterpret_cast<void (*)(void*)>(symbol("ggml_free"));
+  if (!init || !free_gguf || !free_ggml) return false;
+  void* data = nullptr;
+  void* ctx = init(path.c_str(), {!load_data, load_data ? &data : nullptr});
+  if (data) free_ggml(data);
+  if (ctx) free_gguf(ctx);
   return ctx != nullptr;
 }
 

@@ -32,8 +32,9 @@ class GgmlRef {
   size_t type_size(int type) const;
   int64_t blck_size(int type) const;
 
-  // ggml's gguf_init_from_file accepts the file at path (its header; no data is loaded).
-  bool gguf_accepts(const std::string& path) const;
+  // ggml's gguf_init_from_file accepts the file at path: its header, and with load_data also
+  // every tensor's data, read into a ggml context as a model load does.
+  bool gguf_accepts(const std::string& path, bool load_data = false) const;
 
   // Raw symbol lookup for tests that need more (e.g. the gguf_* reader API).
   void* symbol(const char* name) const;

@@ -515,6 +515,13 @@ DiffReport diff_sides(const Side& a, const Side& b, bool json_forms, const DiffO
 
 }  // namespace
 
+std::vector<MetadataDiff> metadata_changes(const Metadata& a, const Metadata& b) {
+  Side sa, sb;
+  sa.metadata = &a;
+  sb.metadata = &b;
+  return diff_metadata(sa, sb, false);
+}
+
 DiffReport diff_models(const Model& a, const Model& b, const DiffOptions& options) {
   return diff_sides(model_side(a), model_side(b), false, options);
 }

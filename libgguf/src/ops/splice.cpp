@@ -386,7 +386,10 @@ TakeSpec parse_take(std::string_view spec) {
 }
 
 SpliceResult splice(const Model& base, std::span<const Donor> donors, const SpliceOptions& o) {
-  if (donors.empty()) usage_error("nothing to splice: give a donor (--donor or --take)");
+  if (donors.empty() && o.edits.empty() && !o.alignment)
+    usage_error(
+        "nothing to do: give a donor (--donor or --take), a key edit (--set, --set-file, "
+        "--delete) or --align");
   const std::string arch = base.architecture();
   SpliceResult r;
   r.base_path = base.path();
@@ -414,7 +417,10 @@ SpliceResult splice(const Model& base, std::span<const Donor> donors, const Spli
   r.plan.metadata = base.metadata();
   for (const char* k : {detail::kSplitNo, detail::kSplitCount, detail::kSplitTensors})
     r.plan.metadata.erase(k);
-  if (auto note = raise_small_alignment(r.plan.metadata)) r.warnings.push_back(std::move(*note));
+  if (o.alignment)
+    set_alignment(r.plan.metadata, *o.alignment);
+  else if (auto note = raise_small_alignment(r.plan.metadata))
+    r.warnings.push_back(std::move(*note));
   if (auto w = overlap_warning(base)) r.warnings.push_back(std::move(*w));
   for (const Donor& d : donors)
     if (auto w = overlap_warning(*d.model)) r.warnings.push_back(std::move(*w));
@@ -448,8 +454,13 @@ SpliceResult splice(const Model& base, std::span<const Donor> donors, const Spli
   }
 
   check_gate_up(r, arch, o, r.warnings);
-  settle_quant_version(r, base, donors);
-  settle_file_type(r);
+  // Without a donor the tensors are the base's: its keys about them stay as they are.
+  if (!donors.empty()) {
+    settle_quant_version(r, base, donors);
+    settle_file_type(r);
+  }
+  r.edits = !o.edits.empty() || donors.empty() || o.alignment;
+  apply_metadata_edits(r.plan.metadata, o.edits, arch, base.path());
 
   // Provenance: enough to tell later which donors (by header hash) gave which tensors.
   std::vector<std::string> names, hashes;
@@ -463,6 +474,11 @@ SpliceResult splice(const Model& base, std::span<const Donor> donors, const Spli
   m.set("splice.donor_header_xxh3", Value::string_array(std::move(hashes)));
   m.set("splice.selectors", Value::string_array(r.selectors));
   m.set("splice.tensor_count", Value::u32(static_cast<uint32_t>(r.spliced)));
+  if (!o.edits.empty())
+    m.set("splice.edits", Value::string_array(describe_edits(o.edits)));
+  else
+    m.erase("splice.edits");  // a spliced base's, describing another splice
+  r.key_changes = metadata_changes(base.metadata(), m);
 
   // Lay the plan out now, so a dry run reports the real size and finds what the writer would
   // refuse (e.g. a name too long) before anything is written.

@@ -11,6 +11,7 @@
 #include "gguf/format/json.h"
 #include "gguf/format/types.h"
 #include "gguf/ops/diff.h"
+#include "render/metadata_changes_json.h"
 
 namespace gguf {
 namespace {
@@ -84,44 +85,8 @@ std::string type_text(const std::optional<TensorSide>& s) {
 }
 
 std::string metadata_section(const DiffReport& r) {
-  size_t n[3] = {};
-  for (const auto& m : r.metadata) ++n[static_cast<size_t>(m.change)];
   if (!r.metadata_compared) return "metadata: not compared\n";
-  if (r.metadata.empty()) return "metadata: no changes\n";
-  std::string out = fmt::format("metadata: {} changed, {} added, {} removed\n",
-                                n[static_cast<size_t>(MetadataChange::kChanged)],
-                                n[static_cast<size_t>(MetadataChange::kAdded)],
-                                n[static_cast<size_t>(MetadataChange::kRemoved)]);
-  std::vector<std::vector<std::string>> rows;
-  bool any_note = false;
-  for (const auto& m : r.metadata) {
-    std::string note;
-    if (m.a && m.b && m.a->type() != m.b->type())
-      note = "value type changed";
-    else if (m.first_difference && m.a && m.a->as_string()) {
-      // Only where the table cuts a string short (else both values are shown whole).
-      const auto cut = [](const Value& v) {
-        const std::string whole = scalar_text(v);
-        return clip(whole, kValueWidth) != whole;
-      };
-      if (cut(*m.a) || cut(*m.b))
-        note = fmt::format("first difference at byte {}", *m.first_difference);
-    } else if (m.first_difference && m.a && m.b && m.a->array_type() != m.b->array_type())
-      note = "element type changed";
-    else if (m.first_difference)
-      note = fmt::format("first difference at index {}", *m.first_difference);
-    any_note = any_note || !note.empty();
-    rows.push_back({escape_for_terminal(m.key), std::string(change_name(m.change)), value_text(m.a),
-                    value_text(m.b), note});
-  }
-  std::vector<std::string> header = {"key", "change", "a", "b"};
-  if (any_note) header.push_back("note");
-  Table t(header, std::vector<bool>(header.size(), true));
-  for (auto& row : rows) {
-    row.resize(header.size());
-    t.add(std::move(row));
-  }
-  return out + t.render("  ");
+  return render_metadata_changes_text(r.metadata);
 }
 
 std::string tensor_section(const DiffReport& r, const DiffRenderOptions& o) {
@@ -264,24 +229,6 @@ json side_json(const std::optional<TensorSide>& s) {
   return j;
 }
 
-json metadata_diff_json(const MetadataDiff& m) {
-  json j = {{"key", utf8_or_escaped(m.key)},
-            {"change", std::string(change_name(m.change))},
-            {"a", m.a ? value_json_deferred(*m.a) : json(nullptr)},
-            {"b", m.b ? value_json_deferred(*m.b) : json(nullptr)}};
-  const auto types = [&](const std::optional<Value>& v, const char* side) {
-    if (!v) return;
-    j[fmt::format("{}_type", side)] = std::string(value_type_name(v->type()));
-    if (!v->is_array()) return;
-    j[fmt::format("{}_element_type", side)] = std::string(value_type_name(v->array_type()));
-    j[fmt::format("{}_count", side)] = v->array_size();
-  };
-  types(m.a, "a");
-  types(m.b, "b");
-  if (m.first_difference) j["first_difference"] = *m.first_difference;
-  return j;
-}
-
 json group_json(const DiffGroup& g) {
   json j = {{"key", utf8_or_escaped(g.key)}, {"tensors", g.tensors}, {"changed", g.changed},
             {"bytes_a", g.bytes_a},          {"bytes_b", g.bytes_b}, {"measured", g.measured}};
@@ -303,6 +250,68 @@ json files_json(const std::vector<std::string>& files) {
 }
 
 }  // namespace
+
+namespace detail {
+
+json metadata_change_json(const MetadataDiff& m) {
+  json j = {{"key", utf8_or_escaped(m.key)},
+            {"change", std::string(change_name(m.change))},
+            {"a", m.a ? value_json_deferred(*m.a) : json(nullptr)},
+            {"b", m.b ? value_json_deferred(*m.b) : json(nullptr)}};
+  const auto types = [&](const std::optional<Value>& v, const char* side) {
+    if (!v) return;
+    j[fmt::format("{}_type", side)] = std::string(value_type_name(v->type()));
+    if (!v->is_array()) return;
+    j[fmt::format("{}_element_type", side)] = std::string(value_type_name(v->array_type()));
+    j[fmt::format("{}_count", side)] = v->array_size();
+  };
+  types(m.a, "a");
+  types(m.b, "b");
+  if (m.first_difference) j["first_difference"] = *m.first_difference;
+  return j;
+}
+
+}  // namespace detail
+
+std::string render_metadata_changes_text(const std::vector<MetadataDiff>& changes) {
+  size_t n[3] = {};
+  for (const auto& m : changes) ++n[static_cast<size_t>(m.change)];
+  if (changes.empty()) return "metadata: no changes\n";
+  std::string out = fmt::format("metadata: {} changed, {} added, {} removed\n",
+                                n[static_cast<size_t>(MetadataChange::kChanged)],
+                                n[static_cast<size_t>(MetadataChange::kAdded)],
+                                n[static_cast<size_t>(MetadataChange::kRemoved)]);
+  std::vector<std::vector<std::string>> rows;
+  bool any_note = false;
+  for (const auto& m : changes) {
+    std::string note;
+    if (m.a && m.b && m.a->type() != m.b->type())
+      note = "value type changed";
+    else if (m.first_difference && m.a && m.a->as_string()) {
+      // Only where the table cuts a string short (else both values are shown whole).
+      const auto cut = [](const Value& v) {
+        const std::string whole = scalar_text(v);
+        return clip(whole, kValueWidth) != whole;
+      };
+      if (cut(*m.a) || cut(*m.b))
+        note = fmt::format("first difference at byte {}", *m.first_difference);
+    } else if (m.first_difference && m.a && m.b && m.a->array_type() != m.b->array_type())
+      note = "element type changed";
+    else if (m.first_difference)
+      note = fmt::format("first difference at index {}", *m.first_difference);
+    any_note = any_note || !note.empty();
+    rows.push_back({escape_for_terminal(m.key), std::string(change_name(m.change)), value_text(m.a),
+                    value_text(m.b), note});
+  }
+  std::vector<std::string> header = {"key", "change", "a", "b"};
+  if (any_note) header.push_back("note");
+  Table t(header, std::vector<bool>(header.size(), true));
+  for (auto& row : rows) {
+    row.resize(header.size());
+    t.add(std::move(row));
+  }
+  return out + t.render("  ");
+}
 
 std::string render_diff_text(const DiffReport& r, const DiffRenderOptions& o) {
   std::string out =
@@ -347,7 +356,7 @@ std::string render_diff_json(const DiffReport& r, const DiffRenderOptions& o) {
   doc["selection"] = r.selection.empty() ? json(nullptr) : selection_json(r.selection);
   doc["metadata_compared"] = r.metadata_compared;
   doc["metadata"] = json::array();
-  for (const auto& m : r.metadata) doc["metadata"].push_back(metadata_diff_json(m));
+  for (const auto& m : r.metadata) doc["metadata"].push_back(detail::metadata_change_json(m));
   doc["tensors"] = json::array();
   for (const auto& t : r.tensors) {
     if (t.change == TensorChange::kSame && !o.all) continue;

@@ -10,6 +10,7 @@
 #include "gguf/format/json.h"
 #include "gguf/format/types.h"
 #include "gguf/ops/splice.h"
+#include "render/metadata_changes_json.h"
 
 namespace gguf {
 namespace {
@@ -31,18 +32,24 @@ nlohmann::json opt_json(const std::optional<uint32_t>& v) {
 }  // namespace
 
 std::string render_splice_text(const SpliceResult& r, const WriteResult* written) {
-  Table table({"tensor", "from", "type", "bytes delta"}, {true, true, true, false});
-  for (const SpliceRow& row : r.rows) {
-    if (row.action != SpliceAction::kSplice) continue;
-    table.add({escape_for_terminal(row.name), escape_for_terminal(row.source),
-               fmt::format("{} -> {}", type_name(row.type_before), type_name(row.type_after)),
-               signed_bytes(row.bytes_before, row.bytes_after)});
+  std::string out = r.edits ? render_metadata_changes_text(r.key_changes) : "";
+  if (r.donor_paths.empty()) {
+    out += fmt::format("no donor: {} {} copied from '{}'\n", r.rows.size(),
+                       r.rows.size() == 1 ? "tensor" : "tensors", escape_for_terminal(r.base_path));
+  } else {
+    Table table({"tensor", "from", "type", "bytes delta"}, {true, true, true, false});
+    for (const SpliceRow& row : r.rows) {
+      if (row.action != SpliceAction::kSplice) continue;
+      table.add({escape_for_terminal(row.name), escape_for_terminal(row.source),
+                 fmt::format("{} -> {}", type_name(row.type_before), type_name(row.type_after)),
+                 signed_bytes(row.bytes_before, row.bytes_after)});
+    }
+    out += table.render();
+    out += fmt::format("{} {} spliced from {} {}, {} copied from '{}'\n", r.spliced,
+                       r.spliced == 1 ? "tensor" : "tensors", r.donor_paths.size(),
+                       r.donor_paths.size() == 1 ? "donor" : "donors", r.rows.size() - r.spliced,
+                       escape_for_terminal(r.base_path));
   }
-  std::string out = table.render();
-  out += fmt::format("{} {} spliced from {} {}, {} copied from '{}'\n", r.spliced,
-                     r.spliced == 1 ? "tensor" : "tensors", r.donor_paths.size(),
-                     r.donor_paths.size() == 1 ? "donor" : "donors", r.rows.size() - r.spliced,
-                     escape_for_terminal(r.base_path));
   out += fmt::format("tensor data: {} -> {} ({})\n", human_bytes(r.tensor_bytes_before),
                      human_bytes(r.tensor_bytes_after),
                      signed_bytes(r.tensor_bytes_before, r.tensor_bytes_after));
@@ -88,6 +95,8 @@ std::string render_splice_json(const SpliceResult& r, const WriteResult* written
                       {"selector", utf8_or_escaped(r.selectors[d])}});
   json warnings = json::array();
   for (const auto& w : r.warnings) warnings.push_back(message_for_json(w));
+  json keys = json::array();
+  for (const auto& m : r.key_changes) keys.push_back(detail::metadata_change_json(m));
   json outputs = json::array();
   if (written)
     for (const auto& p : written->paths) outputs.push_back(utf8_or_escaped(p));
@@ -106,6 +115,7 @@ std::string render_splice_json(const SpliceResult& r, const WriteResult* written
       {"file_type_after", opt_json(r.file_type_after)},
       {"verified", written ? written->verified : false},
       {"warnings", std::move(warnings)},
+      {"metadata", std::move(keys)},
   };
   return dump_json(doc, 2) + "\n";
 }

@@ -7,6 +7,7 @@
 #include <bit>
 #include <cstdint>
 
+#include "gguf/base/error.h"
 #include "gguf/format/file.h"
 #include "gguf/format/types.h"
 
@@ -23,6 +24,18 @@ std::optional<std::string> raise_small_alignment(Metadata& metadata) {
       "general.alignment {} raised to 32 in the output: with less, tensor data may start off a "
       "32-byte boundary, and llama.cpp aborts on that when it memory-maps the file",
       a);
+}
+
+uint32_t check_align_option(uint64_t n) {
+  if (n < kGgmlTensorAlignment || n > (uint64_t{1} << 31) || !std::has_single_bit(n))
+    usage_error(fmt::format(
+        "--align {}: the alignment must be a power of two from 32 to 2147483648 (e.g. 4096)", n));
+  return static_cast<uint32_t>(n);
+}
+
+void set_alignment(Metadata& metadata, uint32_t n) {
+  const KeyValue* kv = find_key_as_ggml(metadata, "general.alignment");
+  metadata.set(kv ? kv->key : std::string("general.alignment"), Value::u32(n));
 }
 
 uint64_t expected_bytes(const PlanTensor& t) {

@@ -166,6 +166,12 @@ struct DiffReport {
   std::vector<DiffGroup> by_role, by_layer;
 };
 
+// The key differences from metadata a to b, as gguf-diff reports them (split.* keys, which
+// describe how a model is cut into files, left out): gguf-splice shows its edits this way.
+std::vector<MetadataDiff> metadata_changes(const Metadata& a, const Metadata& b);
+// gguf-diff's metadata section for them: "metadata: N changed, N added, N removed" and a table.
+std::string render_metadata_changes_text(const std::vector<MetadataDiff>& changes);
+
 // Compares a against b (a is the baseline: errors are measured relative to a).
 DiffReport diff_models(const Model& a, const Model& b, const DiffOptions& options);
 // Compares a manifest (as A) against a model; tensors are compared by type, shape and hash.

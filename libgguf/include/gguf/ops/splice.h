@@ -12,6 +12,8 @@
 
 #include "gguf/format/model.h"
 #include "gguf/format/select.h"
+#include "gguf/ops/diff.h"
+#include "gguf/ops/metadata_edit.h"
 #include "gguf/write/plan.h"
 #include "gguf/write/writer.h"
 
@@ -44,6 +46,9 @@ Selector with_default_role(Selector s);
 struct SpliceOptions {
   bool allow_mixed_gate_up = false;  // else gate/up of one layer with different types is refused
   bool force_arch = false;           // else a donor of another general.architecture is refused
+  MetadataEdits edits;               // --set, --set-file, --delete: applied after the donors
+  // --align: the output's general.alignment (check_align_option); else the base's stays.
+  std::optional<uint32_t> alignment;
 };
 
 enum class SpliceAction { kCopy, kSplice };
@@ -71,11 +76,17 @@ struct SpliceResult {
   size_t spliced = 0;
   std::optional<uint32_t> file_type_before, file_type_after;  // general.file_type
   std::vector<std::string> warnings;
+  // The output's keys against the base's, as gguf-diff shows them; the renderers show them
+  // when the splice edits keys or has no donor.
+  std::vector<MetadataDiff> key_changes;
+  bool edits = false;
 };
 
-// Builds the plan: base metadata in order (split keys dropped, general.file_type recomputed,
-// splice.* provenance added), base tensors in order with the selected ones taken from their
-// donor. Throws gguf::Error on every check of gguf-splice(1).
+// Builds the plan: base metadata in order (split keys dropped, general.file_type recomputed
+// when donors give tensors, the edits applied, splice.* provenance added), base tensors in
+// order with the selected ones taken from their donor. With no donor there must be an edit or
+// an alignment: the tensors are then the base's, byte for byte. Throws gguf::Error on every check
+// of gguf-splice(1).
 SpliceResult splice(const Model& base, std::span<const Donor> donors, const SpliceOptions& options);
 
 // llama_ftype of a file whose main type is the ggml type id; nullopt when llama.cpp has no

@@ -63,4 +63,10 @@ inline constexpr uint32_t kGgmlTensorAlignment = 32;
 // anyway).
 std::optional<std::string> raise_small_alignment(Metadata& metadata);
 
+// --align N of the tools that write files: a power of two from 32 (llama.cpp's minimum) to
+// 2^31 (general.alignment is a u32); a usage error naming the option otherwise.
+uint32_t check_align_option(uint64_t n);
+// Sets general.alignment (the key ggml reads as that, even one spelled with a NUL after it).
+void set_alignment(Metadata& metadata, uint32_t n);
+
 }  // namespace gguf
