@@ -229,6 +229,7 @@ Imatrix Imatrix::parse_gguf(std::shared_ptr<const ByteSource> src) {
       for (int64_t j = 0; j < e.ne0; ++j)
         v[j] = c[static_cast<size_t>(k)] > 0 ? v[j] / c[static_cast<size_t>(k)] : 1.0f;
     }
+    m.counts_.emplace(name, c);
     m.entries_.emplace(name, std::move(e));
   }
   // llama-quantize refuses counts without sums as it refuses sums without counts.
@@ -247,6 +248,11 @@ Imatrix Imatrix::parse_gguf(std::shared_ptr<const ByteSource> src) {
                 "no importance entries (tensors named '<tensor>.in_sum2' with '<tensor>.counts'); "
                 "not an imatrix file?");
   return m;
+}
+
+std::span<const float> Imatrix::counts(const std::string& tensor) const {
+  const auto it = counts_.find(tensor);
+  return it == counts_.end() ? std::span<const float>() : std::span<const float>(it->second);
 }
 
 void add_column_energy(std::span<const float> rows, int64_t nrows, int64_t n_per_row,

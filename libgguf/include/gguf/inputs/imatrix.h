@@ -44,14 +44,22 @@ class Imatrix {
   std::span<const float> weights(const std::string& tensor, int64_t n_per_row, int64_t n_mat,
                                  int64_t mat) const;
 
+  // How often each matrix of a tensor was used during calibration (a GGUF imatrix's counts:
+  // tokens routed to each expert), or an empty span when the file does not say (legacy .dat).
+  std::span<const float> counts(const std::string& tensor) const;
+
   // For tests and tools that build matrices in memory.
   void add(std::string tensor, ImatrixEntry e) { entries_[std::move(tensor)] = std::move(e); }
+  void add_counts(std::string tensor, std::vector<float> c) {
+    counts_[std::move(tensor)] = std::move(c);
+  }
 
  private:
   std::string path_;
   std::vector<std::string> datasets_;
   int64_t chunk_count_ = 0;
   std::unordered_map<std::string, ImatrixEntry> entries_;
+  std::unordered_map<std::string, std::vector<float>> counts_;
   static Imatrix parse_legacy(const ByteSource& src);
   static Imatrix parse_gguf(std::shared_ptr<const ByteSource> src);
 };
