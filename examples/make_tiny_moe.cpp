@@ -19,7 +19,7 @@ int main(int argc, char** argv) {
     std::string out, recipe = "f32", arch = "deepseek2";
     gguf::MoeSpec spec;
     gguf::LlamaMoeSpec llama;
-    bool force = false, dense = false;
+    bool force = false, dense = false, structured = false;
     unsigned threads = 1;
     po::options_description desc("Options");
     desc.add_options()("help,h", "show this help")("version", "show the version")(
@@ -36,6 +36,9 @@ int main(int argc, char** argv) {
         "ff", po::value<int>(), "expert FFN width (multiple of 256)")(
         "vocab", po::value<int>(), "vocabulary size (llama: at least 259)")(
         "seed", po::value<uint64_t>(), "weight seed")(
+        "structured", po::bool_switch(&structured),
+        "trained-looking weights (outlier columns, uneven row, column and expert scales) "
+        "instead of i.i.d. gaussians")(
         "threads", gguf::cli::count_value(&threads, gguf::cli::kMaxThreads, "--threads"),
         "encoding threads (default 1; 0: all cores)")("force", po::bool_switch(&force),
                                                       "replace an existing output");
@@ -43,6 +46,7 @@ int main(int argc, char** argv) {
     if (gguf::cli::parse_command_line(argc, argv, "make_tiny_moe", "-o OUT.gguf [OPTIONS]", desc,
                                       {}, vm))
       return 0;
+    spec.structured = llama.structured = structured;
     auto take = [&](const char* name, auto& a, auto& b) {
       if (!vm.count(name)) return;
       a = b = vm[name].as<std::remove_reference_t<decltype(a)>>();

@@ -197,43 +197,101 @@ std::string write_uniform(const TempDir& dir, const Model& in, const std::string
   return write_plan(requant(in, o).plan, dir.file(name), {}).paths.front();
 }
 
+// A DeepSeek-shaped f16 model with structured weights (outlier columns, uneven scales).
+std::string write_structured_model(const TempDir& dir) {
+  MoeSpec s;
+  s.n_layers = 3;
+  s.n_experts = 4;
+  s.vocab = 256;
+  s.structured = true;
+  return write_plan(synth_moe_plan(uniform_types(s, GgmlType::F16)), dir.file("in.gguf"), {})
+      .paths.front();
+}
+
+// The uniform mixes of issue 28: routed experts q2_K and the rest q8_0; the ds4 recipe; routed
+// experts q4_K and the rest q8_0.
+std::vector<std::pair<std::string, RequantOptions>> uniform_mixes() {
+  std::vector<std::pair<std::string, RequantOptions>> mixes(3);
+  mixes[0].first = "q2k-rest-q8";
+  mixes[0].second.rules = {parse_role_type_rule("routed=q2_K")};
+  mixes[1].first = "ds4";
+  mixes[1].second.rules = {parse_role_type_rule("routed-gate,routed-up=iq2_xxs"),
+                           parse_role_type_rule("routed-down=q2_K"),
+                           parse_role_type_rule("embedding=f16")};
+  mixes[2].first = "q4k-rest-q8";
+  mixes[2].second.rules = {parse_role_type_rule("routed=q4_K")};
+  for (auto& m : mixes) m.second.type = GgmlType::Q8_0;
+  return mixes;
+}
+
 TEST(planner, beats_uniform_mixes_at_their_size_written_to_the_byte) {
   TempDir dir;
-  const std::string in_path = testing::write_f16_model(dir);
+  const std::string in_path = write_structured_model(dir);
   const Model in = Model::open(in_path);
-  struct Mix {
-    std::string name;
-    RequantOptions o;
-  };
-  std::vector<Mix> mixes(2);
-  mixes[0].name = "q2k-rest-q8";
-  mixes[0].o.type = GgmlType::Q8_0;
-  mixes[0].o.rules = {parse_role_type_rule("routed=q2_K")};
-  mixes[1].name = "q4k";
-  mixes[1].o.type = GgmlType::Q8_0;
-  mixes[1].o.rules = {parse_role_type_rule("routed=q4_K")};
-  for (auto& mix : mixes) {
-    const std::string uniform = write_uniform(dir, in, mix.name + ".gguf", mix.o);
+  for (auto& [name, o] : uniform_mixes()) {
+    const std::string uniform = write_uniform(dir, in, name + ".gguf", o);
     PlannerOptions po;
     po.target_size = file_size(uniform);
     po.candidates = {GgmlType::Q2_K, GgmlType::Q3_K, GgmlType::Q4_K,
                      GgmlType::Q5_K, GgmlType::Q6_K, GgmlType::Q8_0};
-    po.sample_elements = 0;  // all rows: the prediction is then the written file's error
     const PlannerResult r = plan_mix(in, po);
     EXPECT_LE(r.file_bytes, *po.target_size);
     EXPECT_GE(r.error, r.lp_bound);
-    const std::string out = dir.file("plan-" + mix.name + ".gguf");
+    const std::string out = dir.file("plan-" + name + ".gguf");
     write_plan(r.requant.plan, out, {});
-    EXPECT_EQ(file_size(out), r.file_bytes) << mix.name;
+    EXPECT_EQ(file_size(out), r.file_bytes) << name;
     const double planned = error_of(in_path, out), uniform_err = error_of(in_path, uniform);
-    EXPECT_NEAR(planned, r.error, 1e-9 * r.error) << mix.name;
-    EXPECT_LT(planned, uniform_err) << mix.name;
+    EXPECT_LT(planned, uniform_err) << name;
     // Gate and up of a layer's experts share their type.
     const Model m = Model::open(out);
     for (int layer = 1; layer < 3; ++layer)
       EXPECT_EQ(m.find(fmt::format("blk.{}.ffn_gate_exps.weight", layer))->info->type_id,
                 m.find(fmt::format("blk.{}.ffn_up_exps.weight", layer))->info->type_id);
   }
+}
+
+// Not a check: the figures of bench/README.md (model error of the written files).
+TEST(planner, DISABLED_UniformMixReport) {
+  TempDir dir;
+  const std::string in_path = write_structured_model(dir);
+  const Model in = Model::open(in_path);
+  for (auto& [name, o] : uniform_mixes()) {
+    const std::string uniform = write_uniform(dir, in, name + ".gguf", o);
+    fmt::print("{:<12} uniform {:>9} bytes  model error {:.5f}\n", name, file_size(uniform),
+               error_of(in_path, uniform));
+    for (const bool k_only : {true, false}) {
+      PlannerOptions po;
+      po.target_size = file_size(uniform);
+      if (k_only)
+        po.candidates = {GgmlType::Q2_K, GgmlType::Q3_K, GgmlType::Q4_K,
+                         GgmlType::Q5_K, GgmlType::Q6_K, GgmlType::Q8_0};
+      const PlannerResult r = plan_mix(in, po);
+      const std::string out = dir.file("plan-" + name + ".gguf");
+      WriteOptions wo;
+      wo.force = true;
+      write_plan(r.requant.plan, out, wo);
+      fmt::print(
+          "{:<12} planned {:>9} bytes  model error {:.5f} (predicted {:.5f}, LP bound "
+          "{:.5f}; {} candidates)\n",
+          "", file_size(out), error_of(in_path, out), r.error, r.lp_bound,
+          k_only ? "k-quant" : "default");
+    }
+  }
+}
+
+TEST(planner, with_every_row_measured_the_prediction_is_the_written_files_error) {
+  TempDir dir;
+  const std::string in_path = testing::write_f16_model(dir);
+  const Model in = Model::open(in_path);
+  PlannerOptions po;
+  po.target_bpw = 4.0;
+  po.candidates = {GgmlType::Q2_K, GgmlType::Q4_K, GgmlType::Q8_0};
+  po.sample_elements = 0;
+  const PlannerResult r = plan_mix(in, po);
+  const std::string out = dir.file("out.gguf");
+  write_plan(r.requant.plan, out, {});
+  EXPECT_EQ(file_size(out), r.file_bytes);
+  EXPECT_NEAR(error_of(in_path, out), r.error, 1e-9 * r.error);
 }
 
 TEST(planner, rules_pin_tensors_and_a_budget_out_of_reach_gives_the_range) {

@@ -16,7 +16,7 @@
 #include "gguf/base/escape.h"
 #include "gguf/codecs/codecs.h"
 #include "gguf/ops/splice.h"
-#include "write/writer_internal.h"
+#include "write/serialize.h"
 
 namespace gguf {
 namespace {
@@ -304,8 +304,11 @@ PlannerResult plan_mix(const Model& model, const PlannerOptions& o) {
     r.assignment.clear();
     r.error = 0;
     for (size_t i = 0; i < tensors.size(); ++i) {
-      if (!quantizable[i]) continue;
       const RequantRow& row = r.requant.rows[i];
+      const TensorName tn = classify_tensor(row.name, arch, ggml_dims(tensors[i].info->shape));
+      r.assignment.push_back({row.name, tn.role, std::nullopt});
+      if (!quantizable[i]) continue;
+      r.assignment.back().type = static_cast<GgmlType>(row.type_after);
       PlannedTensor p;
       p.name = row.name;
       p.type_before = row.type_before;
@@ -315,7 +318,6 @@ PlannerResult plan_mix(const Model& model, const PlannerOptions& o) {
       p.source = donor_of[i] >= 0 ? row.source : row.action == "copy" ? "copy" : "encode";
       if (!planned[i]) p.pinned = probe.rows[i].rule;
       r.error += err[i];
-      r.assignment.emplace_back(row.name, static_cast<GgmlType>(row.type_after));
       r.tensors.push_back(std::move(p));
     }
     for (const Decision& d : decisions)
@@ -416,8 +418,7 @@ std::vector<GgmlType> default_candidates() {
 
 std::string plan_recipe(const PlannerResult& r) {
   std::string out;
-  for (const auto& [name, type] : r.assignment)
-    out += fmt::format("{}={}\n", regex_escape(name), traits(type).name);
+  for (const RecipeRule& rule : compact_type_rules(r.assignment)) out += rule.text() + "\n";
   return out;
 }
 

@@ -31,10 +31,31 @@ uint64_t name_hash(const std::string& s) {
   return h;
 }
 
+// Trained-looking structure on top of gaussian rows: a few outlier columns (about 1 in 32,
+// 4-12x), uneven column and row scales, and experts of different magnitude.
+void add_structure(const std::string& name, uint64_t seed, int64_t n_per_row,
+                   int64_t rows_per_matrix, int64_t first, int64_t count, float* out) {
+  const uint64_t base = mix(name_hash(name) ^ mix(seed ^ 0x5eedull));
+  const auto unit = [](uint64_t h) { return static_cast<float>(h >> 40) * 0x1p-24f; };
+  std::vector<float> col(static_cast<size_t>(n_per_row));
+  for (int64_t c = 0; c < n_per_row; ++c) {
+    const uint64_t h = mix(base + static_cast<uint64_t>(c));
+    col[static_cast<size_t>(c)] = (h & 31) == 0 ? 4.0f + 8.0f * unit(mix(h)) : 0.5f + unit(h);
+  }
+  for (int64_t r = 0; r < count; ++r) {
+    const int64_t row = first + r, expert = row / std::max<int64_t>(1, rows_per_matrix);
+    const float k = (0.6f + 0.8f * unit(mix(base ^ (static_cast<uint64_t>(row) << 1)))) *
+                    (0.5f + 1.5f * unit(mix(base + 0x9E37ull * static_cast<uint64_t>(expert + 1))));
+    for (int64_t c = 0; c < n_per_row; ++c)
+      out[r * n_per_row + c] *= k * col[static_cast<size_t>(c)];
+  }
+}
+
 struct Builder {
   unsigned threads = 1;
   uint64_t seed = 1;
   Plan plan;
+  bool structured = false;
 
   void add(const std::string& name, std::vector<int64_t> shape, GgmlType type, float scale,
            float offset = 0.0f) {
@@ -57,9 +78,11 @@ struct Builder {
     e.rows_per_matrix = shape.size() > 1 ? shape[1] : 1;
     e.threads = threads;
     e.tensor_name = name;
-    e.rows = [name, seed = seed, n_per_row, scale, offset](int64_t first, int64_t count,
-                                                           std::span<float> out) {
+    const bool structure = structured && shape.size() > 1;
+    e.rows = [name, seed = seed, n_per_row, scale, offset, structure, rpm = e.rows_per_matrix](
+                 int64_t first, int64_t count, std::span<float> out) {
       synth_rows(name, seed, n_per_row, first, count, scale, out.data());
+      if (structure) add_structure(name, seed, n_per_row, rpm, first, count, out.data());
       if (offset != 0.0f)
         for (auto& x : out) x += offset;
     };
@@ -109,7 +132,7 @@ MoeSpec uniform_types(MoeSpec s, GgmlType t) {
 }
 
 Plan synth_moe_plan(const MoeSpec& s) {
-  Builder b{s.threads, s.seed, {}};
+  Builder b{s.threads, s.seed, {}, s.structured};
   Metadata& m = b.plan.metadata;
   const std::string arch = "deepseek2";
   m.set("general.architecture", Value::string(arch));
@@ -194,7 +217,7 @@ Plan synth_llama_moe_plan(const LlamaMoeSpec& s) {
       s.n_embd % s.n_head != 0 || s.n_expert_used > s.n_experts || s.n_layers <= 0 ||
       s.head_dim < 0 || (s.arch != "llama" && !qwen) || (qwen && s.dense))
     throw Error("synthetic llama MoE: inconsistent spec", Error::Kind::kUsage);
-  Builder b{s.threads, s.seed, {}};
+  Builder b{s.threads, s.seed, {}, s.structured};
   Metadata& m = b.plan.metadata;
   const std::string& arch = s.arch;
   const auto u32 = [](int v) { return Value::u32(static_cast<uint32_t>(v)); };

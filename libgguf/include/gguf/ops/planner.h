@@ -14,6 +14,7 @@
 #include "gguf/format/model.h"
 #include "gguf/format/types.h"
 #include "gguf/inputs/imatrix.h"
+#include "gguf/ops/recipe.h"
 #include "gguf/ops/requant.h"
 
 namespace gguf {
@@ -132,14 +133,16 @@ struct PlannerResult {
   double error = 0;                       // predicted model error (planned + pinned tensors)
   double lp_bound = 0;                    // lower bound on the error any choice could reach
   size_t decisions = 0, pinned = 0;
-  std::vector<std::pair<std::string, GgmlType>> assignment;  // the recipe: every quantizable tensor
+  // Every tensor of the model, typed when requant may re-encode it: what the recipe is made of.
+  std::vector<RecipeTensor> assignment;
 };
 
 // Plans the mix. Usage errors: both or neither target, no candidates; input errors: a budget
 // outside the reachable range (the message gives the range), a donor tensor that does not fit.
 PlannerResult plan_mix(const Model& model, const PlannerOptions& options);
 
-// The recipe in --tensor-type-file format: PATTERN=TYPE tokens, one per line.
+// The recipe in --tensor-type-file format: compact, mutually exclusive PATTERN=TYPE rules, one
+// per line, that give every re-encodable tensor its planned type (a donor's tensor: its type).
 std::string plan_recipe(const PlannerResult& r);
 
 std::string render_plan_text(const PlannerResult& r, const WriteResult* written);

@@ -36,6 +36,9 @@ struct MoeSpec {
   GgmlType embedding = GgmlType::F32;
   GgmlType dense = GgmlType::F32;
   unsigned threads = 1;
+  // Weights with trained-looking structure (outlier columns, uneven row, column and expert
+  // scales) instead of i.i.d. gaussians: what makes some tensors worth more bits than others.
+  bool structured = false;
 };
 
 // The ds4 recipe's types on top of spec (gate/up iq2_xxs, down q2_K, attention projections,
@@ -71,6 +74,7 @@ struct LlamaMoeSpec {
   GgmlType weights = GgmlType::F32;
   std::map<std::string, GgmlType> types;  // per-tensor exceptions to `weights`, by name
   unsigned threads = 1;
+  bool structured = false;  // as MoeSpec::structured
 };
 Plan synth_llama_moe_plan(const LlamaMoeSpec& spec);
 
