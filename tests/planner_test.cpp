@@ -292,6 +292,13 @@ TEST(planner, with_every_row_measured_the_prediction_is_the_written_files_error)
   write_plan(r.requant.plan, out, {});
   EXPECT_EQ(file_size(out), r.file_bytes);
   EXPECT_NEAR(error_of(in_path, out), r.error, 1e-9 * r.error);
+  // The recipe, read as --tensor-type-file reads it, gives every tensor its planned type.
+  RequantOptions ro;
+  ro.rules = parse_tensor_type_file(plan_recipe(r), "plan.txt");
+  EXPECT_LT(ro.rules.size(), 12u);
+  const RequantResult again = requant(in, ro);
+  for (size_t i = 0; i < again.rows.size(); ++i)
+    EXPECT_EQ(again.rows[i].type_after, r.requant.rows[i].type_after) << again.rows[i].name;
 }
 
 TEST(planner, rules_pin_tensors_and_a_budget_out_of_reach_gives_the_range) {

@@ -16,6 +16,7 @@
 #include "gguf/ops/affine.h"
 #include "gguf/ops/exact.h"
 #include "gguf/ops/hf_import.h"
+#include "gguf/ops/planner.h"
 #include "gguf/ops/requant.h"
 
 namespace po = boost::program_options;
@@ -28,7 +29,9 @@ int main(int argc, char** argv) {
     bool json = false, force = false, no_verify = false, dry_run = false, exact = false;
     bool quiet = false, leave_output = false, keep_split = false, append_unmatched = false;
     unsigned threads = 0;
-    std::string split_size;
+    std::string split_size, target_size, target_bpw, candidates, plan_out;
+    std::vector<std::string> donors;
+    bool untie = false;
     uint64_t split_tensors = 0;
     gguf::cli::SelectorArgs sel;
     po::options_description desc("Options");
@@ -74,6 +77,19 @@ int main(int argc, char** argv) {
         "write a split set, at most N tensors per shard")(
         "keep-split", po::bool_switch(&keep_split),
         "write the output in the input's shards (the same tensors in each), as llama-quantize's");
+    desc.add_options()("target-size", po::value(&target_size),
+                       "plan the mix: the types (or --donor tensors) with the least measured "
+                       "error whose file is at most SIZE (b, k|kib, m|mib, g|gib, t|tib: powers "
+                       "of 1024, as llama-quantize's)")(
+        "target-bpw", po::value(&target_bpw),
+        "plan the mix for at most BPW bits per weight over all tensor elements")(
+        "candidates", po::value(&candidates),
+        "T1,T2,...: the types the plan may choose (default iq1_m ... q8_0)")(
+        "donor", po::value(&donors)->composing(),
+        "a GGUF whose tensors are candidates too, copied byte for byte when chosen (repeatable)")(
+        "untie-gate-up", po::bool_switch(&untie),
+        "let a layer's routed gate and up take different types (tied by default)")(
+        "plan-out", po::value(&plan_out), "write the plan as a --tensor-type-file recipe");
     gguf::cli::add_threads_option(desc, &threads, "encoding");
     sel.add_to(desc);
     po::options_description hidden;
@@ -132,6 +148,25 @@ int main(int argc, char** argv) {
         };
 
     // Usage errors first, whatever the inputs: exit 2 must not depend on whether a file opens.
+    const bool planning = vm.count("target-size") || vm.count("target-bpw");
+    const std::string target = vm.count("target-size") ? "--target-size" : "--target-bpw";
+    if (vm.count("target-size") && vm.count("target-bpw"))
+      gguf::usage_error("--target-size and --target-bpw exclude each other");
+    for (const char* o : {"candidates", "donor", "untie-gate-up", "plan-out"})
+      if (!planning && vm.count(o) && !vm[o].defaulted())
+        gguf::usage_error(fmt::format(
+            "--{} belongs to a planned mix: give a budget, --target-size or --target-bpw", o));
+    if (planning) {
+      if (vm.count("type"))
+        gguf::usage_error(fmt::format(
+            "--type and {} exclude each other: the plan chooses the types (pin tensors with "
+            "--tensor-type or --role-type)",
+            target));
+      for (const char* o : {"exact", "keep-split", "split-max-size", "split-max-tensors"})
+        if (vm.count(o) && !vm[o].defaulted())
+          gguf::usage_error(
+              fmt::format("--{} and {} exclude each other (the plan is one file)", o, target));
+    }
     if (exact && !imatrix_path.empty())
       gguf::usage_error("--imatrix has no use with --exact: exact paths quantize nothing");
     const gguf::Selector selector = sel.parse();
@@ -171,6 +206,8 @@ int main(int argc, char** argv) {
       if (keep_split)
         gguf::usage_error(
             "--keep-split applies to a GGUF input (a safetensors file has no shards)");
+      if (planning)
+        gguf::usage_error(fmt::format("{} plans a GGUF input's types, not an import", target));
       if (!rules.empty())
         gguf::usage_error(
             fmt::format("{} does not apply to a packed-affine import (its types "
@@ -206,7 +243,7 @@ int main(int argc, char** argv) {
     if (!config_path.empty() || append_unmatched)
       gguf::usage_error(fmt::format("{} belongs to a packed-affine import (a safetensors input)",
                                     config_path.empty() ? "--append-unmatched" : "--config"));
-    if (!t && rules.empty())
+    if (!t && rules.empty() && !planning)
       gguf::usage_error(
           "--type is required (the type to re-encode to), or per-tensor types (--tensor-type, "
           "--role-type, --output-tensor-type, --token-embedding-type)");
@@ -218,6 +255,43 @@ int main(int argc, char** argv) {
       wo.split_tensor_counts = gguf::shard_tensor_counts(model);
     std::optional<gguf::Imatrix> imatrix;
     if (!imatrix_path.empty()) imatrix = gguf::Imatrix::load(imatrix_path);
+    if (planning) {
+      gguf::PlannerOptions po;
+      if (vm.count("target-size")) po.target_size = gguf::parse_target_size(target_size);
+      if (vm.count("target-bpw")) po.target_bpw = gguf::parse_target_bpw(target_bpw);
+      if (vm.count("candidates")) po.candidates = gguf::parse_candidates(candidates);
+      if (!plan_out.empty()) gguf::check_output(plan_out, wo);
+      std::vector<gguf::Model> donor_models;
+      for (const auto& d : donors) donor_models.push_back(gguf::Model::open(d));
+      for (const auto& d : donor_models) po.donors.push_back(&d);
+      po.donor_paths = donors;
+      po.imatrix = imatrix ? &*imatrix : nullptr;
+      po.untie_gate_up = untie;
+      po.selector = selector;
+      po.rules = std::move(rules);
+      po.threads = threads;
+      std::optional<gguf::PlannerResult> r;
+      {
+        gguf::cli::Progress progress(quiet ? "" : "measure");
+        if (!quiet) po.progress = progress.callback();
+        r = gguf::plan_mix(model, po);
+      }
+      wo.inputs = r->requant.inputs;
+      if (imatrix) wo.inputs.push_back(imatrix_path);
+      if (!plan_out.empty()) {
+        const std::string recipe = gguf::plan_recipe(*r);
+        gguf::write_file(plan_out, {reinterpret_cast<const uint8_t*>(recipe.data()), recipe.size()},
+                         wo);
+      }
+      if (!quiet)
+        for (const auto& note : r->requant.notes)
+          gguf::cli::eprint("gguf-requant: note: {}\n", gguf::terminal_safe(note));
+      const auto written = write(r->requant.plan, r->file_bytes, "requant", false, {});
+      const gguf::WriteResult* w = written ? &*written : nullptr;
+      if (!quiet)
+        fmt::print("{}", json ? gguf::render_plan_json(*r, w) : gguf::render_plan_text(*r, w));
+      return 0;
+    }
     gguf::RequantOptions opt{t,       selector, imatrix ? &*imatrix : nullptr,
                              threads, exact,    std::move(rules)};
     gguf::RequantResult result = gguf::requant(model, opt);

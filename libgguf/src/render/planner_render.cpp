@@ -7,7 +7,7 @@
 
 #include "gguf/base/escape.h"
 #include "gguf/base/table.h"
-#include "gguf/cli/cli.h"
+#include "gguf/base/units.h"
 #include "gguf/format/json.h"
 #include "gguf/ops/planner.h"
 #include "render/render_written.h"
@@ -18,7 +18,7 @@ namespace {
 std::string budget_text(const PlannerResult& r) {
   if (r.by_bpw)
     return fmt::format("--target-bpw {} ({} bytes of tensor data)", r.target_bpw, r.budget);
-  return fmt::format("--target-size {} bytes ({})", r.budget, cli::human_bytes(r.budget));
+  return fmt::format("--target-size {} bytes ({})", r.budget, human_bytes(r.budget));
 }
 
 }  // namespace
@@ -47,7 +47,7 @@ std::string render_plan_text(const PlannerResult& r, const WriteResult* written)
   out += fmt::format(
       "predicted: {} bytes ({}), {:.4f} bits per weight, model error {:.6g} (LP bound {:.6g}, "
       "gap {:.3g}{})\n",
-      r.file_bytes, cli::human_bytes(r.file_bytes), r.bpw, r.error, r.lp_bound, gap,
+      r.file_bytes, human_bytes(r.file_bytes), r.bpw, r.error, r.lp_bound, gap,
       r.error > 0 ? fmt::format(", {:.3f}%", 100.0 * gap / r.error) : std::string());
   out += detail::written_text(r.requant.bytes_before, r.file_bytes, written);
   return out;

@@ -1,0 +1,123 @@
+// gguf-requant --target-size / --target-bpw: golden runs of the binary and every refusal.
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "cli_run.h"
+#include "requant_fixture.h"
+
+namespace gguf {
+namespace {
+
+using testing::run_cli;
+using testing::TempDir;
+
+std::string read_text(const std::string& path) {
+  std::ifstream f(path);
+  std::stringstream s;
+  s << f.rdbuf();
+  return s.str();
+}
+
+TEST(planner_cli, refusals_are_usage_errors_with_exact_messages) {
+  TempDir dir;
+  const std::string in = testing::write_f16_model(dir), out = dir.file("o.gguf");
+  const auto expect = [&](std::vector<std::string> args, const std::string& message) {
+    args.insert(args.begin(), {in, "-o", out});
+    const auto r = run_cli("gguf-requant", args);
+    EXPECT_EQ(r.code, 2) << message;
+    EXPECT_EQ(r.err, "gguf-requant: error: " + message +
+                         "\nTry 'gguf-requant --help' for more information.\n");
+    EXPECT_EQ(r.out, "");
+  };
+  expect({"--target-size", "1m", "--target-bpw", "3"},
+         "--target-size and --target-bpw exclude each other");
+  expect({"--target-size", "1m", "--type", "q4_K"},
+         "--type and --target-size exclude each other: the plan chooses the types (pin tensors "
+         "with --tensor-type or --role-type)");
+  expect({"--target-bpw", "3", "--exact"},
+         "--exact and --target-bpw exclude each other (the plan is one file)");
+  expect({"--target-size", "1m", "--split-max-size", "1m"},
+         "--split-max-size and --target-size exclude each other (the plan is one file)");
+  expect({"--type", "q4_K", "--candidates", "q2_K"},
+         "--candidates belongs to a planned mix: give a budget, --target-size or --target-bpw");
+  expect({"--type", "q4_K", "--donor", in},
+         "--donor belongs to a planned mix: give a budget, --target-size or --target-bpw");
+  expect({"--type", "q4_K", "--untie-gate-up"},
+         "--untie-gate-up belongs to a planned mix: give a budget, --target-size or "
+         "--target-bpw");
+  expect({"--type", "q4_K", "--plan-out", dir.file("p.txt")},
+         "--plan-out belongs to a planned mix: give a budget, --target-size or --target-bpw");
+  expect({"--target-size", "4gb"},
+         "invalid --target-size value '4gb': unknown unit 'gb' (units: b, k or kib, m or mib, g "
+         "or gib, t or tib (any case; powers of 1024))");
+  expect({"--target-bpw", "-2"},
+         "invalid --target-bpw value '-2': expected bits per weight, a number greater than 0 "
+         "(e.g. 2.5)");
+  expect({"--target-bpw", "3", "--candidates", "q4_K,Q4_K_M"},
+         "--candidates: 'Q4_K_M' is a llama-quantize preset (a mix of types), not a ggml type: "
+         "use --candidates q4_K");
+  EXPECT_FALSE(std::filesystem::exists(out));
+}
+
+TEST(planner_cli, a_budget_out_of_reach_names_the_range) {
+  TempDir dir;
+  const std::string in = testing::write_f16_model(dir), out = dir.file("o.gguf");
+  const auto r = run_cli("gguf-requant",
+                         {in, "-o", out, "--target-size", "1k", "--candidates", "q2_K,q8_0", "-q"});
+  EXPECT_EQ(r.code, 1);
+  EXPECT_EQ(r.err, "gguf-requant: error: " + in +
+                       ": --target-size 1024 bytes (0.00 MiB) is outside the reachable range: "
+                       "1187712 to 3774592 bytes (1.13 MiB to 3.60 MiB) with these candidates\n");
+  const auto b = run_cli("gguf-requant",
+                         {in, "-o", out, "--target-bpw", "9", "--candidates", "q2_K,q8_0", "-q"});
+  EXPECT_EQ(b.code, 1);
+  EXPECT_EQ(b.err, "gguf-requant: error: " + in +
+                       ": --target-bpw 9 is outside the reachable range: 2.6699 to 8.5359 bits "
+                       "per weight (1177424 to 3764304 bytes of tensor data) with these "
+                       "candidates\n");
+  EXPECT_FALSE(std::filesystem::exists(out));
+}
+
+TEST(planner_cli, plans_writes_the_recipe_and_the_file_of_the_predicted_size) {
+  TempDir dir;
+  const std::string in = testing::write_f16_model(dir), out = dir.file("o.gguf");
+  const std::string recipe = dir.file("plan.txt");
+  const auto r = run_cli(
+      "gguf-requant", {in, "-o", out, "--target-size", "1.5m", "--candidates", "q2_K,q4_K,q8_0",
+                       "--plan-out", recipe, "--json", "--tensor-type", "attn_kv=q8_0", "-j", "2"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  const auto doc = nlohmann::json::parse(r.out);
+  const uint64_t predicted = doc["plan"]["predicted_file_bytes"];
+  EXPECT_EQ(std::filesystem::file_size(out), predicted);
+  EXPECT_EQ(doc["bytes_after"], predicted);
+  EXPECT_LE(predicted, uint64_t{3} << 19);
+  EXPECT_EQ(doc["plan"]["budget"], uint64_t{3} << 19);
+  EXPECT_GE(doc["plan"]["predicted_error"].get<double>(), doc["plan"]["lp_bound"].get<double>());
+  for (const auto& t : doc["tensors"]) {
+    const std::string name = t["name"];
+    if (name.find("attn_kv") != std::string::npos && !t["predicted_error"].is_null()) {
+      EXPECT_EQ(t["type_after"], "q8_0");
+      EXPECT_EQ(t["decided_by"], "--tensor-type 'attn_kv=q8_0'");
+    }
+  }
+  // The recipe: a PATTERN=TYPE rule for every re-encodable tensor; it reproduces the types.
+  const std::string text = read_text(recipe);
+  EXPECT_NE(text.find("=q2_K\n"), std::string::npos) << text;
+  EXPECT_EQ(text.find(' '), std::string::npos);
+  // A dry run plans the same and writes nothing.
+  const auto d = run_cli("gguf-requant",
+                         {in, "-o", dir.file("d.gguf"), "--target-size", "1.5m", "--candidates",
+                          "q2_K,q4_K,q8_0", "--dry-run", "--tensor-type", "attn_kv=q8_0"});
+  ASSERT_EQ(d.code, 0) << d.err;
+  EXPECT_NE(d.out.find(fmt::format("predicted: {} bytes", predicted)), std::string::npos) << d.out;
+  EXPECT_NE(d.out.find("dry run: nothing written\n"), std::string::npos);
+  EXPECT_FALSE(std::filesystem::exists(dir.file("d.gguf")));
+}
+
+}  // namespace
+}  // namespace gguf
