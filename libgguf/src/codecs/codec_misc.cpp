@@ -1,5 +1,9 @@
 // Codecs of the small formats: ternary TQ1_0/TQ2_0, FP4 MXFP4/NVFP4, and the 1- and 2-bit
 // Q1_0/Q2_0. Bit-exact with ggml's dequantize_row_* and ggml_quantize_chunk.
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
 #include <algorithm>
 #include <bit>
 #include <climits>
@@ -10,6 +14,7 @@
 
 #include "codecs/codec_iquant_tables.h"
 #include "codecs/codec_registry.h"
+#include "codecs/codec_simd.h"
 #include "gguf/base/fp16.h"
 
 namespace gguf::detail {
@@ -294,7 +299,45 @@ uint8_t mxfp4_exponent(float amax) {
   return static_cast<uint8_t>(static_cast<uint32_t>(trunc_i32(e)));
 }
 
+#if defined(__x86_64__)
+GGUF_AVX512_WARNINGS_OFF
+// Fp4Levels::nearest of 16 values in the lanes of a register, the same comparisons per lane.
+GGUF_CODEC_AVX512 __m512i nearest16(const Fp4Levels& levels, const float* x) {
+  const __m512 xv = _mm512_loadu_ps(x);
+  const __m512 sign = _mm512_set1_ps(-0.0f);
+  const __mmask16 neg = _mm512_cmp_ps_mask(xv, _mm512_setzero_ps(), _CMP_LT_OQ);
+  const __m512i base = _mm512_maskz_mov_epi32(neg, _mm512_set1_epi32(8));
+  __m512i best = _mm512_setzero_si512();
+  __m512 best_err = _mm512_andnot_ps(sign, _mm512_sub_ps(_mm512_set1_ps(levels.v[0]), xv));
+  for (int c = 1; c < 8; ++c) {
+    const __m512 level =
+        _mm512_mask_blend_ps(neg, _mm512_set1_ps(levels.v[c]), _mm512_set1_ps(levels.v[8 + c]));
+    const __m512 err = _mm512_andnot_ps(sign, _mm512_sub_ps(level, xv));
+    const __mmask16 better = _mm512_cmp_ps_mask(err, best_err, _CMP_LT_OQ);
+    best = _mm512_mask_add_epi32(best, better, base, _mm512_set1_epi32(c));
+    best_err = _mm512_mask_blend_ps(better, best_err, err);
+  }
+  return best;
+}
+
+GGUF_CODEC_AVX512 void encode_mxfp4_avx512(const float* x, uint8_t* dst, int64_t blocks) {
+  for (int64_t i = 0; i < blocks; ++i, x += kQKMxfp4) {
+    BlockMxfp4 b{};
+    b.e = mxfp4_exponent(abs_max(x, kQKMxfp4));
+    const Fp4Levels levels(e8m0_half(b.e));
+    const __m512i q =
+        _mm512_or_si512(nearest16(levels, x), _mm512_slli_epi32(nearest16(levels, x + 16), 4));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(b.qs), _mm512_cvtepi32_epi8(q));
+    std::memcpy(dst + i * sizeof(b), &b, sizeof(b));
+  }
+}
+GGUF_AVX512_WARNINGS_ON
+#endif
+
 void encode_mxfp4(const float* x, uint8_t* dst, int64_t nrows, int64_t n_per_row, const float*) {
+#if defined(__x86_64__)
+  if (codec_avx512()) return encode_mxfp4_avx512(x, dst, nrows * n_per_row / kQKMxfp4);
+#endif
   for (int64_t i = 0; i < nrows * n_per_row / kQKMxfp4; ++i, x += kQKMxfp4) {
     BlockMxfp4 b{};
     b.e = mxfp4_exponent(abs_max(x, kQKMxfp4));
