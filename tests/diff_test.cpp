@@ -262,7 +262,7 @@ TEST(diff, metrics_cover_rows_of_any_length) {
   Imatrix im;
   std::vector<float> w(37);
   for (size_t i = 0; i < w.size(); ++i) w[i] = 1.0f + static_cast<float>(i % 4);
-  im.add("blk.1.ffn_down_exps.weight", {1, 37, w, {}});
+  im.add("blk.1.ffn_down_exps.weight", {1, 37, w, {}, {}});
   std::vector<double> per_element(base.size());
   for (size_t i = 0; i < base.size(); ++i) per_element[i] = w[i % 37];
   o.importance = &im;
@@ -291,7 +291,7 @@ TEST(diff, rows_longer_than_a_work_item_are_measured_in_pieces) {
   std::vector<float> w(n);  // 2 experts x ne0, expert-major
   for (size_t i = 0; i < n; ++i) w[i] = 0.25f + static_cast<float>((i * 13) % 17);
   Imatrix im;
-  im.add(name, {2, ne0, w, {}});
+  im.add(name, {2, ne0, w, {}, {}});
   const std::vector<double> per_element(w.begin(), w.end());  // one row per expert
   TempDir dir;
   const Model rm = Model::open(ref.write(dir, "ref.gguf"));
@@ -356,7 +356,7 @@ TEST(diff, f64_sides_are_measured_in_pieces_and_per_expert_slices) {
     std::vector<float> w(slice);  // experts x ne0, expert-major
     for (size_t i = 0; i < w.size(); ++i) w[i] = 0.25f + static_cast<float>((i * 13) % 17);
     Imatrix im;
-    im.add(c.name, {experts, c.ne0, w, {}});
+    im.add(c.name, {experts, c.ne0, w, {}, {}});
     std::vector<double> per_element(n);
     for (size_t i = 0; i < n; ++i) {
       const size_t col = i % static_cast<size_t>(c.ne0);
@@ -406,7 +406,7 @@ TEST(diff, q4_K_sides_measure_like_their_decoded_values) {
   std::vector<float> w(static_cast<size_t>(ne0 * experts));
   for (size_t i = 0; i < w.size(); ++i) w[i] = 0.5f + static_cast<float>((i * 7) % 13);
   Imatrix im;
-  im.add(name, {experts, ne0, w, {}});
+  im.add(name, {experts, ne0, w, {}, {}});
   std::vector<double> per_element(n);
   for (size_t i = 0; i < n; ++i)
     per_element[i] = w[i / static_cast<size_t>(ne0 * ne1) * ne0 + i % static_cast<size_t>(ne0)];
@@ -969,7 +969,7 @@ TEST(diff, importance_weights_columns_per_expert) {
   std::vector<float> w(3 * 8);  // 3 experts x ne0 = 8, expert-major
   for (size_t i = 0; i < w.size(); ++i) w[i] = 0.5f + static_cast<float>(i % 7) * (i < 8 ? 1 : 3);
   Imatrix im;
-  im.add("blk.1.ffn_up_exps.weight", {3, 8, w, {}});
+  im.add("blk.1.ffn_up_exps.weight", {3, 8, w, {}, {}});
   std::vector<double> per_element(96);
   for (int e = 0; e < 3; ++e)
     for (int r = 0; r < 4; ++r)
@@ -985,13 +985,13 @@ TEST(diff, importance_weights_columns_per_expert) {
   EXPECT_FALSE(find(r, "blk.0.attn_q.weight").metrics->weighted);
 
   // One slice of ne0 weights is shared by all experts.
-  im.add("blk.1.ffn_up_exps.weight", {1, 8, {w.begin(), w.begin() + 8}, {}});
+  im.add("blk.1.ffn_up_exps.weight", {1, 8, {w.begin(), w.begin() + 8}, {}, {}});
   for (size_t i = 0; i < 96; ++i) per_element[i] = w[i % 8];
   const DiffReport shared = diff(a, b, o);
   expect_metrics(*find(shared, "blk.1.ffn_up_exps.weight").metrics, expected(base, x, per_element),
                  true);
 
-  im.add("blk.1.ffn_up_exps.weight", {1, 5, {w.begin(), w.begin() + 5}, {}});
+  im.add("blk.1.ffn_up_exps.weight", {1, 5, {w.begin(), w.begin() + 5}, {}, {}});
   try {
     diff(a, b, o);
     FAIL() << "no error";
@@ -1329,7 +1329,7 @@ TEST(diff, stop_early_still_reports_trouble) {
 TEST(diff, importance_entry_that_does_not_fit_is_an_error_even_when_unused) {
   Fixture a, b;
   Imatrix im;
-  im.add("blk.1.ffn_up_exps.weight", {1, 5, std::vector<float>(5, 1.0f), {}});
+  im.add("blk.1.ffn_up_exps.weight", {1, 5, std::vector<float>(5, 1.0f), {}, {}});
   DiffOptions o;
   o.values = true;
   o.importance = &im;
@@ -1351,7 +1351,7 @@ TEST(diff, partly_weighted_groups_have_no_weighted_error) {
   b.tensor("blk.1.ffn_up_exps.weight").payload = f32_bytes(perturbed(up, 0.01, 1));
   b.tensor("blk.1.ffn_down_exps.weight").payload = f32_bytes(perturbed(down, 0.5, 2));
   Imatrix im;
-  im.add("blk.1.ffn_up_exps.weight", {1, 8, std::vector<float>(8, 2.0f), {}});
+  im.add("blk.1.ffn_up_exps.weight", {1, 8, std::vector<float>(8, 2.0f), {}, {}});
   DiffOptions o;
   o.values = true;
   o.importance = &im;

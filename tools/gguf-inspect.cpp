@@ -3,6 +3,7 @@
 
 #include "cli/cli.h"
 #include "gguf/base/escape.h"
+#include "gguf/ops/imatrix_coverage.h"
 #include "gguf/ops/inspect.h"
 
 namespace po = boost::program_options;
@@ -10,6 +11,7 @@ namespace po = boost::program_options;
 int main(int argc, char** argv) {
   return gguf::cli::run_tool("gguf-inspect", argc, argv, [&] {
     std::vector<std::string> files;
+    std::string imatrix;
     bool json = false, meta = false, tensors = false, full = false, check = false, hashes = false;
     unsigned threads = 0;
     gguf::cli::SelectorArgs sel;
@@ -25,7 +27,10 @@ int main(int argc, char** argv) {
         "report what llama.cpp's loader would refuse; exit 1 if any error (warnings do not "
         "change the exit status)")(
         "hashes", po::bool_switch(&hashes),
-        "add each tensor's xxh3-64 (a manifest gguf-diff --manifest reads)");
+        "add each tensor's xxh3-64 (a manifest gguf-diff --manifest reads)")(
+        "imatrix", po::value(&imatrix),
+        "report how IMATRIX (GGUF or legacy .dat) covers the quantizable tensors: entries, "
+        "lengths, experts never routed; exit 1 if an entry does not fit its tensor");
     gguf::cli::add_threads_option(desc, &threads, "hashing/check");
     sel.add_to(desc);
     po::options_description hidden;
@@ -33,13 +38,24 @@ int main(int argc, char** argv) {
     po::positional_options_description pos;
     pos.add("file", -1);
     po::variables_map vm;
-    if (gguf::cli::parse_command_line(argc, argv, "gguf-inspect", "[OPTIONS] FILE.gguf", desc,
-                                      hidden, pos, vm))
+    if (gguf::cli::parse_command_line(argc, argv, "gguf-inspect",
+                                      "[OPTIONS] FILE.gguf\n       gguf-inspect --imatrix IMATRIX "
+                                      "[--json] [SELECTORS] FILE.gguf",
+                                      desc, hidden, pos, vm))
       return 0;
     if (files.empty()) gguf::usage_error("missing FILE.gguf, the model to inspect");
     gguf::cli::check_positional(files, 1, "one model at a time; a split set by its first shard");
     const std::string& path = files.front();
 
+    if (!imatrix.empty()) {
+      if (meta || tensors || check || hashes || full)
+        gguf::usage_error(
+            "--imatrix prints a coverage report alone (no -m, -t, --full, --check, --hashes)");
+      const auto r = gguf::imatrix_coverage(gguf::Model::open(path), gguf::Imatrix::load(imatrix),
+                                            sel.parse());
+      fmt::print("{}", json ? gguf::render_coverage_json(r) : gguf::render_coverage_text(r));
+      return r.total.misfit ? 1 : 0;
+    }
     gguf::InspectOptions opt{sel.parse(), hashes, check, threads, {}};
     gguf::RenderOptions ro{!(meta || tensors) || check, meta, tensors || hashes, full};
     std::optional<gguf::Model> model;

@@ -107,6 +107,7 @@ Imatrix Imatrix::parse_legacy(const ByteSource& src) {
   const std::string& path = src.name();
   Reader r(src);
   Imatrix m;
+  m.legacy_ = true;
   m.path_ = path;
   const int32_t n = r.i32("", "entry count");
   // Each entry needs at least 12 bytes (name length, ncall, nval).
@@ -223,6 +224,7 @@ Imatrix Imatrix::parse_gguf(std::shared_ptr<const ByteSource> src) {
     if (static_cast<int64_t>(c.size()) != e.n_mat)
       throw Error(path, tensor_object(counts->name), counts->dims_offset(),
                   fmt::format("{} counts for {} matrices", c.size(), e.n_mat));
+    e.counts = c;
     for (int64_t k = 0; k < e.n_mat; ++k) {
       float* v = e.values.data() + k * e.ne0;
       // An expert never routed during calibration carries no information: weight it evenly.

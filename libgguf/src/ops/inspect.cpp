@@ -7,6 +7,7 @@
 #include <map>
 
 #include "gguf/format/hash.h"
+#include "ops/group_order.h"
 
 namespace gguf {
 namespace {
@@ -41,14 +42,8 @@ void summarise(InspectReport& r) {
   // Types by id, roles by enum order, layers numerically (non-layer tensors last).
   std::sort(r.by_type.begin(), r.by_type.end(),
             [&](const auto& a, const auto& b) { return type_ids.at(a.key) < type_ids.at(b.key); });
-  std::sort(r.by_role.begin(), r.by_role.end(), [](const auto& a, const auto& b) {
-    return parse_roles(a.key).front() < parse_roles(b.key).front();
-  });
-  std::sort(r.by_layer.begin(), r.by_layer.end(), [](const auto& a, const auto& b) {
-    const bool an = a.key == "-", bn = b.key == "-";
-    if (an != bn) return bn;
-    return an ? false : std::stoll(a.key) < std::stoll(b.key);
-  });
+  detail::sort_role_groups(r.by_role);
+  detail::sort_layer_groups(r.by_layer);
 }
 
 InspectTensor row(const GgufFile& f, size_t file_index, const TensorInfo& t,

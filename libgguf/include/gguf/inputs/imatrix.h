@@ -18,6 +18,10 @@ struct ImatrixEntry {
   int64_t n_mat = 1;          // experts (1 for dense tensors)
   int64_t ne0 = 0;            // columns per matrix
   std::vector<float> values;  // n_mat * ne0 mean squared activations, expert-major
+  // A GGUF entry's counts, one per matrix: how often calibration routed tokens to each expert
+  // (0: never, and its values are then 1.0). Empty for a legacy entry, which keeps one call
+  // count for all its experts.
+  std::vector<float> counts;
   // The byte that gives the entry its size (a legacy entry's nval, the shape in a GGUF entry's
   // in_sum2 tensor info): where a misfit with the weight it is for is reported.
   std::optional<uint64_t> at;
@@ -32,6 +36,8 @@ class Imatrix {
   static Imatrix parse(std::shared_ptr<const ByteSource> src);
 
   const std::string& path() const { return path_; }
+  // Read from a legacy .dat (no per-expert counts) rather than a GGUF imatrix.
+  bool legacy() const { return legacy_; }
   const std::vector<std::string>& datasets() const { return datasets_; }
   int64_t chunk_count() const { return chunk_count_; }
   size_t size() const { return entries_.size(); }
@@ -58,6 +64,7 @@ class Imatrix {
   std::string path_;
   std::vector<std::string> datasets_;
   int64_t chunk_count_ = 0;
+  bool legacy_ = false;
   std::unordered_map<std::string, ImatrixEntry> entries_;
   std::unordered_map<std::string, std::vector<float>> counts_;
   static Imatrix parse_legacy(const ByteSource& src);
