@@ -5,6 +5,9 @@
 #include "gguf/base/escape.h"
 #include "gguf/ops/imatrix_coverage.h"
 #include "gguf/ops/inspect.h"
+#include "gguf/ops/recipe.h"
+#include "gguf/render/map_svg.h"
+#include "gguf/write/writer.h"
 
 namespace po = boost::program_options;
 
@@ -13,6 +16,8 @@ int main(int argc, char** argv) {
     std::vector<std::string> files;
     std::string imatrix;
     bool json = false, meta = false, tensors = false, full = false, check = false, hashes = false;
+    bool recipe = false, force = false;
+    std::string map_path;
     unsigned threads = 0;
     gguf::cli::SelectorArgs sel;
     po::options_description desc("Options");
@@ -30,7 +35,14 @@ int main(int argc, char** argv) {
         "add each tensor's xxh3-64 (a manifest gguf-diff --manifest reads)")(
         "imatrix", po::value(&imatrix),
         "report how IMATRIX (GGUF or legacy .dat) covers the quantizable tensors: entries, "
-        "lengths, experts never routed; exit 1 if an entry does not fit its tensor");
+        "lengths, experts never routed; exit 1 if an entry does not fit its tensor")(
+        "recipe", po::bool_switch(&recipe),
+        "print the file's type recipe: PATTERN=TYPE rules, one per line, for every tensor a "
+        "requant would re-encode (what llama-quantize --tensor-type-file and gguf-requant "
+        "--tensor-type-file read; a summary on stderr)")(
+        "map", po::value(&map_path),
+        "also draw the mix as an SVG grid (layers by roles, coloured by bits per weight) into "
+        "this file")("force", po::bool_switch(&force), "replace an existing --map file");
     gguf::cli::add_threads_option(desc, &threads, "hashing/check");
     sel.add_to(desc);
     po::options_description hidden;
@@ -46,6 +58,18 @@ int main(int argc, char** argv) {
     if (files.empty()) gguf::usage_error("missing FILE.gguf, the model to inspect");
     gguf::cli::check_positional(files, 1, "one model at a time; a split set by its first shard");
     const std::string& path = files.front();
+    if (recipe && (check || hashes || meta || tensors || !map_path.empty()))
+      gguf::usage_error("--recipe excludes --check, --hashes, --map, -m and -t");
+    gguf::WriteOptions wo;
+    wo.force = force;
+    wo.inputs = {path};
+    if (!map_path.empty()) gguf::check_output(map_path, wo);
+    if (recipe) {
+      const gguf::Recipe r = gguf::extract_recipe(gguf::Model::open(path), sel.parse());
+      fmt::print("{}", json ? gguf::render_recipe_json(r) : gguf::render_recipe_text(r));
+      if (!json) gguf::cli::eprint("gguf-inspect: {}\n", gguf::recipe_summary(r));
+      return 0;
+    }
 
     if (!imatrix.empty()) {
       if (meta || tensors || check || hashes || full)
@@ -83,6 +107,11 @@ int main(int argc, char** argv) {
     gguf::cli::Progress progress(hashes ? "hashing" : "checking");
     opt.progress = progress.callback();
     report = gguf::inspect(*model, opt);
+    if (!map_path.empty()) {
+      const std::string svg = gguf::render_map_svg(gguf::type_map(report));
+      wo.inputs = model->paths();
+      gguf::write_file(map_path, {reinterpret_cast<const uint8_t*>(svg.data()), svg.size()}, wo);
+    }
     fmt::print("{}", json ? gguf::render_json(report) : gguf::render_text(report, ro));
     if (check) {
       for (const auto& p : report.problems)

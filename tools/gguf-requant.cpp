@@ -17,6 +17,7 @@
 #include "gguf/ops/exact.h"
 #include "gguf/ops/hf_import.h"
 #include "gguf/ops/planner.h"
+#include "gguf/ops/recipe.h"
 #include "gguf/ops/requant.h"
 
 namespace po = boost::program_options;
@@ -25,7 +26,8 @@ int main(int argc, char** argv) {
   return gguf::cli::run_tool("gguf-requant", argc, argv, [&] {
     std::vector<std::string> inputs;
     std::string out, type, imatrix_path, base_path, output_type, embedding_type, config_path;
-    std::vector<std::string> tensor_types, role_types;
+    std::vector<std::string> tensor_types, role_types, type_files;
+    std::string recipe_from;
     bool json = false, force = false, no_verify = false, dry_run = false, exact = false;
     bool quiet = false, leave_output = false, keep_split = false, append_unmatched = false;
     unsigned threads = 0;
@@ -43,6 +45,12 @@ int main(int argc, char** argv) {
         "tensor-type", po::value(&tensor_types)->composing(),
         "PATTERN=TYPE: tensors whose name contains a match of the regex PATTERN get TYPE, as "
         "llama-quantize's (repeatable: the first that matches decides; TYPE 'keep' copies)")(
+        "tensor-type-file", po::value(&type_files)->composing(),
+        "FILE of PATTERN=TYPE rules as llama-quantize reads it (whitespace-separated, patterns "
+        "lowercased; '#' starts a comment): they join --tensor-type's where the option stands")(
+        "recipe-from", po::value(&recipe_from),
+        "give each tensor the type OTHER.gguf's recipe (gguf-inspect --recipe) gives the tensor "
+        "of its name (after --tensor-type and --role-type, before --type)")(
         "role-type", po::value(&role_types)->composing(),
         "ROLE[,ROLE...]=TYPE: tensors of these roles get TYPE (repeatable, after --tensor-type; "
         "e.g. routed-down=q2_K)")("output-tensor-type", po::value(&output_type),
@@ -184,7 +192,10 @@ int main(int argc, char** argv) {
     if (vm.count("token-embedding-type"))
       rules.push_back(gguf::named_type_rule(gguf::TypeRule::Kind::kTokenEmbedding,
                                             "--token-embedding-type", embedding_type));
-    for (const auto& v : tensor_types) rules.push_back(gguf::parse_tensor_type_rule(v));
+    for (auto& r : gguf::tensor_type_rules(
+             tensor_types, type_files,
+             gguf::cli::option_sequence(argc, argv, {"tensor-type", "tensor-type-file"})))
+      rules.push_back(std::move(r));
     for (const auto& v : role_types) rules.push_back(gguf::parse_role_type_rule(v));
     // A folder or an index JSON is a Hugging Face checkpoint; a file is what its first bytes
     // say, the suffix deciding only for one that looks like neither (so that a damaged
@@ -208,11 +219,13 @@ int main(int argc, char** argv) {
             "--keep-split applies to a GGUF input (a safetensors file has no shards)");
       if (planning)
         gguf::usage_error(fmt::format("{} plans a GGUF input's types, not an import", target));
-      if (!rules.empty())
+      if (!rules.empty() || !recipe_from.empty())
         gguf::usage_error(
             fmt::format("{} does not apply to a packed-affine import (its types "
                         "come from the import's bits: --type q4_1, q5_1 or f32)",
-                        rules.front().option));
+                        rules.empty()                ? std::string("--recipe-from")
+                        : rules.front().file.empty() ? rules.front().option
+                                                     : std::string("--tensor-type-file")));
       if (append_unmatched && base_path.empty())
         gguf::usage_error("--append-unmatched needs --base");
       const gguf::HfCheckpoint checkpoint = gguf::HfCheckpoint::open(in, config_path);
@@ -243,14 +256,19 @@ int main(int argc, char** argv) {
     if (!config_path.empty() || append_unmatched)
       gguf::usage_error(fmt::format("{} belongs to a packed-affine import (a safetensors input)",
                                     config_path.empty() ? "--append-unmatched" : "--config"));
-    if (!t && rules.empty() && !planning)
+    if (!t && rules.empty() && recipe_from.empty() && !planning)
       gguf::usage_error(
           "--type is required (the type to re-encode to), or per-tensor types (--tensor-type, "
-          "--role-type, --output-tensor-type, --token-embedding-type)");
+          "--tensor-type-file, --role-type, --output-tensor-type, --token-embedding-type, "
+          "--recipe-from)");
     if (!base_path.empty())
       gguf::usage_error("--base belongs to a packed-affine import (a .safetensors input)");
 
     const gguf::Model model = gguf::Model::open(in);
+    if (!recipe_from.empty())
+      for (auto& r : gguf::recipe_type_rules(gguf::extract_recipe(gguf::Model::open(recipe_from)),
+                                             recipe_from))
+        rules.push_back(std::move(r));
     if (keep_split && model.shards().size() > 1)
       wo.split_tensor_counts = gguf::shard_tensor_counts(model);
     std::optional<gguf::Imatrix> imatrix;

@@ -249,6 +249,21 @@ bool parse_command_line(int argc, char** argv, std::string_view tool, std::strin
                             vm);
 }
 
+std::vector<std::string> option_sequence(int argc, char** argv,
+                                         const std::vector<std::string>& names) {
+  std::vector<std::string> out;
+  for (int i = 1; i < argc; ++i) {
+    const std::string_view arg = argv[i];
+    if (arg == "--") break;
+    if (!arg.starts_with("--")) continue;
+    const std::string_view name = arg.substr(
+        2, arg.find('=') == std::string_view::npos ? std::string_view::npos : arg.find('=') - 2);
+    for (const auto& n : names)
+      if (name == n) out.push_back(n);
+  }
+  return out;
+}
+
 void check_positional(const std::vector<std::string>& args, size_t max, std::string_view hint) {
   if (args.size() <= max) return;
   usage_error(fmt::format("unexpected argument '{}'{}", escape_for_terminal(args[max]),

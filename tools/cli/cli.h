@@ -60,6 +60,12 @@ bool parse_command_line(int argc, char** argv, std::string_view tool, std::strin
                         const po::positional_options_description& positional,
                         po::variables_map& vm);
 
+// The long options among `names` (without "--") in the order argv gives them, for options
+// whose relative order matters (--tensor-type and --tensor-type-file join one list). Stops at
+// "--"; as parse_command_line, only whole names count.
+std::vector<std::string> option_sequence(int argc, char** argv,
+                                         const std::vector<std::string>& names);
+
 // The positional arguments a tool takes (at most `max`): a usage error names the first extra
 // one and says where it belongs (hint, e.g. "the output goes after -o").
 void check_positional(const std::vector<std::string>& args, size_t max, std::string_view hint);

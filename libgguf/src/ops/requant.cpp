@@ -9,9 +9,11 @@
 #include <algorithm>
 
 #include "gguf/base/error.h"
+#include "gguf/base/escape.h"
 #include "gguf/codecs/codecs.h"
 #include "gguf/ops/check.h"
 #include "gguf/ops/splice.h"
+#include "ops/recipe_apply.h"
 #include "ops/requant_parts.h"
 #include "write/serialize.h"
 
@@ -167,6 +169,16 @@ RequantResult requant(const Model& model, const RequantOptions& o) {
     const TypeRule* decided_by = selected[i] ? matcher.decide(info, quantizable) : nullptr;
     const std::optional<GgmlType> want = decided_by ? decided_by->type : o.type;
     if (decided_by) row.rule = decided_by->describe();
+    if (decided_by && decided_by->kind == TypeRule::Kind::kRecipe) {
+      const auto& there = decided_by->names->at(info.name);
+      if (!same_shape(there, info.shape))
+        throw Error(
+            t.file->path(), tensor_object(info.name), info.dims_offset(),
+            fmt::format("shape {} differs from its shape {} in '{}', whose recipe gives "
+                        "it {}: a recipe applies to the same model's weights",
+                        shape_text(info.shape), shape_text(there),
+                        escape_for_terminal(decided_by->file), traits(*decided_by->type).name));
+    }
     const bool encode = quantizable && want && info.type_id != traits(*want).id;
     n.selected += selected[i];
     n.quantizable += quantizable;
@@ -182,9 +194,11 @@ RequantResult requant(const Model& model, const RequantOptions& o) {
   std::vector<std::string> unused_named = matcher.report_unused(model.path(), !o.selector.empty());
   if (n.encoded == 0) throw nothing_to_reencode(model.path(), o, n, unused_named);
   for (auto& note : unused_named) r.notes.push_back(std::move(note));
+  if (auto note = recipe_names_missing(model, o.rules)) r.notes.push_back(std::move(*note));
   add_encode_notes(notes, r.notes);
   // Truthful metadata: the file type of what holds most weights, and the quantization keys.
   set_file_type_keys(r.plan);
+  set_recipe_keys(r.plan.metadata, o.rules);
   record_imatrix(o, notes.encoded_types, r);
   std::vector<const PlanTensor*> ptrs;
   for (const auto& t : r.plan.tensors) ptrs.push_back(&t);

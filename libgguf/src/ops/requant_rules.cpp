@@ -68,6 +68,8 @@ int rule_phase(const TypeRule& rule, std::string_view name, const TensorName& tn
       return regex_found(name, *rule.regex, rule.pattern, rule.option, true) ? 2 : -1;
     case Kind::kRoles:
       return std::find(rule.roles.begin(), rule.roles.end(), tn.role) != rule.roles.end() ? 4 : -1;
+    case Kind::kRecipe:
+      return rule.names && rule.names->count(std::string(name)) ? 5 : -1;
   }
   return -1;
 }
@@ -92,6 +94,8 @@ std::string unmatched(const TypeRule& rule, bool tied) {
                  : "is named output.weight";
     case TypeRule::Kind::kTokenEmbedding:
       return "is named token_embd.weight or per_layer_token_embd.weight";
+    case TypeRule::Kind::kRecipe:
+      return "has a name the rule decides there";
   }
   return "";
 }
@@ -100,6 +104,8 @@ std::string unmatched(const TypeRule& rule, bool tied) {
 
 // As typed: a regex's backslashes are not doubled (controls still are escaped).
 std::string TypeRule::describe() const {
+  if (kind == Kind::kRecipe)
+    return fmt::format("{} '{}' rule '{}'", option, terminal_safe(file), terminal_safe(value));
   if (value.empty()) return option;
   return fmt::format("{} '{}'", option, terminal_safe(value));
 }
@@ -220,7 +226,8 @@ std::vector<std::string> RuleMatcher::report_unused(const std::string& model_pat
       why = fmt::format("no {} {}", selected_only ? "selected tensor" : "tensor",
                         unmatched(rule, tied_));
     std::string message = fmt::format("{} decides no tensor's type: {}", rule.describe(), why);
-    if (rule.kind == TypeRule::Kind::kOutput || rule.kind == TypeRule::Kind::kTokenEmbedding)
+    if (rule.kind == TypeRule::Kind::kOutput || rule.kind == TypeRule::Kind::kTokenEmbedding ||
+        rule.kind == TypeRule::Kind::kRecipe)
       unused_named.push_back(std::move(message));
     else
       throw Error(model_path, {}, std::nullopt, std::move(message));

@@ -79,4 +79,15 @@ std::vector<TypeRule> read_tensor_type_file(const std::string& path);
 // The same on text already read; `path` names it in messages.
 std::vector<TypeRule> parse_tensor_type_file(std::string_view text, const std::string& path);
 
+// --tensor-type values and --tensor-type-file paths as requant rules in command-line order:
+// `order` lists "tensor-type" and "tensor-type-file" as the options were given (the rules of a
+// file join the list where the file option stands).
+std::vector<TypeRule> tensor_type_rules(const std::vector<std::string>& tensor_types,
+                                        const std::vector<std::string>& files,
+                                        const std::vector<std::string>& order);
+
+// A recipe as requant rules (--recipe-from), one kRecipe rule per recipe rule; `path` names the
+// model it is from.
+std::vector<TypeRule> recipe_type_rules(const Recipe& r, const std::string& path);
+
 }  // namespace gguf

@@ -4,9 +4,11 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <regex>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "gguf/format/model.h"
@@ -28,6 +30,8 @@ struct TypeRule {
     kOutput,          // output.weight; with tied embeddings (no output.weight) the token
                       // embedding tables instead (--output-tensor-type, --leave-output-tensor)
     kTokenEmbedding,  // token_embd.weight and per_layer_token_embd.weight
+    kRecipe,          // the tensors one rule of another model's recipe decides there, by name
+                      // (--recipe-from; tried last)
   };
   Kind kind = Kind::kPattern;
   std::string option;   // the option it came from, e.g. "--tensor-type", for messages
@@ -39,6 +43,11 @@ struct TypeRule {
   // kOutput: also the token embedding of a model without output.weight (false for
   // --leave-output-tensor, which is about output.weight alone).
   bool tied = true;
+  // The file the rule was read from: a --tensor-type-file, or --recipe-from's model.
+  std::string file;
+  // kRecipe: the names the rule decides in that model, with their shapes there (a tensor takes
+  // the type only when its shape is the same).
+  std::shared_ptr<const std::unordered_map<std::string, std::vector<int64_t>>> names;
 
   // "--tensor-type 'ffn_down_exps=q2_K'", for messages (the value as typed, through
   // terminal_safe).
@@ -69,9 +78,13 @@ struct RequantOptions {
   // Per-tensor types. On each selected quantizable tensor they are tried in llama-quantize's
   // order, each kind in the order given: kTokenEmbedding (except that a kPattern rule matching
   // per_layer_token_embd.weight takes that one), kOutput on output.weight, kPattern, kOutput on
-  // tied token embeddings, kRoles. The first that matches decides the tensor's type, ahead of
-  // `type`. A kPattern or kRoles rule that decides no tensor is an error; for kOutput and
-  // kTokenEmbedding it is a note (part of the error when nothing is left to re-encode).
+  // tied token embeddings, kRoles, kRecipe. The first that matches decides the tensor's type,
+  // ahead of `type`. A kPattern or kRoles rule that decides no tensor is an error; for kOutput,
+  // kTokenEmbedding and kRecipe it is a note (part of the error when nothing is left to
+  // re-encode). A kRecipe rule deciding a tensor whose shape differs from the recipe model's is
+  // an error naming both; the names of its rules the model lacks are a note. The output records
+  // the files of kPattern rules read from a file (quantize.tensor_type_file, an array of
+  // strings) and the recipe model (quantize.recipe_from); both keys of an earlier step go.
   std::vector<TypeRule> rules = {};
 };
 
