@@ -248,7 +248,9 @@ TEST(recipe_cli, recipe_from_tensors_one_side_lacks_and_shapes_that_differ) {
   r = run_cli("gguf-requant", {in5, "--recipe-from", donor, "--dry-run", "--json"});
   ASSERT_EQ(r.code, 0) << r.err;
   for (const auto& t : tensors_of(r.out))
-    if (t["name"] == "blk.4.ffn_down_exps.weight") EXPECT_EQ(t["type_after"], "f32");
+    if (t["name"] == "blk.4.ffn_down_exps.weight") {
+      EXPECT_EQ(t["type_after"], "f32");
+    }
   // Layer 2 of the donor is not in the input: a note.
   r = run_cli("gguf-requant", {in2, "--recipe-from", donor, "--dry-run"});
   ASSERT_EQ(r.code, 0) << r.err;
@@ -456,6 +458,61 @@ TEST(map_cli, inspect_map_has_the_right_cell_for_every_layer_and_role) {
   EXPECT_EQ(r.code, 2);
   EXPECT_EQ(r.err, "gguf-inspect: error: --recipe excludes --check, --hashes, --map, -m and -t\n" +
                        kInspectTry);
+}
+
+// gguf-diff --values --map: the same grid, each cell coloured by B's error against A; the 2-bit
+// routed experts lose far more than the q8_0 attention, and untouched norms nothing.
+TEST(map_cli, diff_map_colours_each_cell_by_the_error_of_b_against_a) {
+  TempDir dir;
+  const std::string a = dir.file("a.gguf"), b = dir.file("b.gguf"), svg = dir.file("d.svg");
+  write_plan(synth_moe_plan(uniform_types(small_spec(4, 1), GgmlType::F32)), a, {});
+  write_plan(synth_moe_plan(ds4_recipe(small_spec(4, 1))), b, {});
+  auto r = run_cli("gguf-diff", {"--values", "--map", svg, a, b, "--no-summary"});
+  EXPECT_EQ(r.code, 1) << r.err;  // different, as without --map
+  std::vector<XmlElement> elements;
+  const std::string doc = slurp(svg);
+  ASSERT_EQ(check_xml(doc, elements), "");
+  EXPECT_TRUE(elements[1].text.starts_with(b + " against " + a + ": relative error of 74 tensors"))
+      << elements[1].text;
+  std::map<std::pair<std::string, std::string>, double> error;
+  std::map<std::pair<std::string, std::string>, std::string> text;
+  for (size_t k = 0; k + 3 < elements.size(); ++k) {
+    const auto& e = elements[k];
+    if (e.name != "g") continue;
+    const std::pair key{e.attrs.at("data-layer"), e.attrs.at("data-role")};
+    const std::string& title = elements[k + 2].text;
+    const size_t at = title.find("relative error ");
+    ASSERT_NE(at, std::string::npos) << title;
+    error[key] = std::stod(title.substr(at + 15));
+    text[key] = elements[k + 3].text;
+  }
+  const auto at = [](auto& m, const char* layer, const char* role) {
+    return m[std::pair<std::string, std::string>{layer, role}];
+  };
+  EXPECT_EQ(at(text, "2", "routed-gate"), "iq2_xxs");
+  EXPECT_EQ(at(text, "2", "attn-proj"), "q8_0");
+  EXPECT_GT(at(error, "2", "routed-gate"), 10 * at(error, "2", "attn-proj"));
+  EXPECT_GT(at(error, "2", "attn-proj"), 0.0);
+  EXPECT_EQ(at(error, "2", "norm"), 0.0);
+  std::set<std::pair<std::string, std::string>> present;
+  const Model mb = Model::open(b);
+  for (const TensorRef& t : mb.tensors()) {
+    const TensorName tn = classify_tensor(t.name(), mb.architecture(), ggml_dims(t.info->shape));
+    present.insert({tn.layer ? std::to_string(*tn.layer) : "-", std::string(role_name(tn.role))});
+  }
+  EXPECT_EQ(error.size(), present.size());
+  // Refusals.
+  r = run_cli("gguf-diff", {"--map", svg, a, b});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(r.err,
+            "gguf-diff: error: --map draws the errors --values measures: give --values too\n"
+            "Try 'gguf-diff --help' for more information.\n");
+  r = run_cli("gguf-diff", {"--values", "--map", svg, a, b});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(r.err,
+            fmt::format("gguf-diff: error: {}: output file exists; use --force to replace it\n"
+                        "Try 'gguf-diff --help' for more information.\n",
+                        svg));
 }
 
 }  // namespace

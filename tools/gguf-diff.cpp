@@ -13,6 +13,8 @@
 #include "gguf/base/error.h"
 #include "gguf/format/model.h"
 #include "gguf/ops/diff.h"
+#include "gguf/render/map_svg.h"
+#include "gguf/write/writer.h"
 
 namespace po = boost::program_options;
 
@@ -25,7 +27,7 @@ constexpr std::string_view kUsage =
 
 int run(int argc, char** argv) {
   std::vector<std::string> inputs;
-  std::string manifest_path, reference_path, imatrix_path;
+  std::string manifest_path, reference_path, imatrix_path, map_path;
   unsigned threads = 0;
   gguf::cli::SelectorArgs selector;
   po::options_description desc("Options");
@@ -43,7 +45,11 @@ int run(int argc, char** argv) {
       "no-metadata", "compare tensors only")("all", "list unchanged tensors too")(
       "no-summary", "leave out the by-role and by-layer tables")(
       "json", "print the report as one JSON document")(
-      "quiet,q", "print nothing; exit status only (stops at the first difference)");
+      "quiet,q", "print nothing; exit status only (stops at the first difference)")(
+      "map", po::value(&map_path)->value_name("OUT.svg"),
+      "with --values: also draw B as an SVG grid (layers x roles) coloured by its relative "
+      "error against A (importance-weighted with --imatrix)")("force",
+                                                              "replace an existing --map file");
   gguf::cli::add_threads_option(desc, &threads, "worker");
   selector.add_to(desc);
   po::options_description hidden;
@@ -70,6 +76,16 @@ int run(int argc, char** argv) {
         "--values, --imatrix, --reference and --paranoid need the bytes of both sides; a "
         "manifest holds only hashes");
 
+  if (!map_path.empty() && !(vm.count("values") || vm.count("imatrix") || vm.count("reference")))
+    gguf::usage_error("--map draws the errors --values measures: give --values too");
+  if (!map_path.empty() && quiet)
+    gguf::usage_error("--quiet stops at the first difference: it cannot draw --map");
+  gguf::WriteOptions map_options;
+  map_options.force = vm.count("force") > 0;
+  map_options.inputs = inputs;
+  for (const auto* extra : {&imatrix_path, &reference_path})
+    if (!extra->empty()) map_options.inputs.push_back(*extra);
+  if (!map_path.empty()) gguf::check_output(map_path, map_options);
   gguf::DiffOptions options;
   options.selector = selector.parse();
   options.metadata = !vm.count("no-metadata");
@@ -93,6 +109,11 @@ int run(int argc, char** argv) {
   } else {
     const gguf::Model a = gguf::Model::open(inputs.front());
     report = gguf::diff_models(a, b, options);
+  }
+  if (!map_path.empty()) {
+    const std::string svg = gguf::render_map_svg(gguf::error_map(report));
+    gguf::write_file(map_path, {reinterpret_cast<const uint8_t*>(svg.data()), svg.size()},
+                     map_options);
   }
   if (!quiet) {
     const gguf::DiffRenderOptions render{vm.count("all") > 0, !vm.count("no-summary")};

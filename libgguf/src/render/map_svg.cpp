@@ -10,7 +10,7 @@
 
 #include "gguf/base/escape.h"
 #include "gguf/base/table.h"
-#include "gguf/cli/cli.h"
+#include "gguf/base/units.h"
 #include "gguf/format/types.h"
 
 namespace gguf {
@@ -161,7 +161,7 @@ TypeMap type_map(const InspectReport& r) {
   for (const auto& f : r.files) files += (files.empty() ? "" : ", ") + f;
   m.heading = fmt::format(
       "{}: {} tensors, {} params, {}, {}", files, r.tensors.size(), short_count(r.params),
-      cli::human_bytes(r.tensor_bytes),
+      human_bytes(r.tensor_bytes),
       r.sized_params ? fmt::format("{:.2f} bpw", 8.0 * static_cast<double>(r.tensor_bytes) /
                                                      static_cast<double>(r.sized_params))
                      : std::string("bpw unknown"));
