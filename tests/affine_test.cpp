@@ -928,7 +928,8 @@ TEST(affine_cli, errors_and_usage) {
   EXPECT_EQ(r.code, 2);
   EXPECT_EQ(r.err,
             "gguf-requant: error: --type is required (the type to re-encode to), or per-tensor "
-            "types (--tensor-type, --role-type, --output-tensor-type, --token-embedding-type)\n"
+            "types (--tensor-type, --tensor-type-file, --role-type, --output-tensor-type, "
+            "--token-embedding-type, --recipe-from)\n"
             "Try 'gguf-requant --help' for more information.\n");
   r = run_cli("gguf-requant",
               {dir.file("o.gguf"), "-o", dir.file("p.gguf"), "--type", "q8_0", "--base", in});

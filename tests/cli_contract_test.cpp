@@ -54,7 +54,8 @@ TEST(cli_contract, json_failures_print_one_error_document) {
       no_file, dir.path());
   expect_json_error(run_cli("gguf-requant", {a, "--json", "-o", dir.file("o.gguf")}), 2,
                     "--type is required (the type to re-encode to), or per-tensor types "
-                    "(--tensor-type, --role-type, --output-tensor-type, --token-embedding-type)",
+                    "(--tensor-type, --tensor-type-file, --role-type, --output-tensor-type, "
+                    "--token-embedding-type, --recipe-from)",
                     dir.path());
   expect_json_error(run_cli("gguf-requant", {a, "--json", "--type", "q9_9", "-o", "x"}), 2,
                     "--type: unknown type 'q9_9' (types it can write: f32, f16, q4_0, q4_1, "

@@ -276,6 +276,15 @@ TEST(recipe_cli, recipe_from_tensors_one_side_lacks_and_shapes_that_differ) {
                   "recipe gives it f16: a recipe applies to the same model's weights\n",
                   dir.file("wide.gguf"), w.find("token_embd.weight")->info->dims_offset(), donor));
   EXPECT_FALSE(std::filesystem::exists(out));
+  // Not for a packed-affine import (a usage error before the file is read).
+  testing::write_bytes(dir.file("x.safetensors"), {1, 2, 3});
+  r = run_cli("gguf-requant",
+              {dir.file("x.safetensors"), "--recipe-from", donor, "-o", out, "--type", "q4_1"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(r.err,
+            "gguf-requant: error: --recipe-from does not apply to a packed-affine import (its "
+            "types come from the import's bits: --type q4_1, q5_1 or f32)\n" +
+                kRequantTry);
   r = run_cli("gguf-requant", {in2, "--recipe-from", dir.file("nope.gguf"), "-o", out});
   EXPECT_EQ(r.code, 1);
   EXPECT_TRUE(
@@ -506,6 +515,11 @@ TEST(map_cli, diff_map_colours_each_cell_by_the_error_of_b_against_a) {
   EXPECT_EQ(r.code, 2);
   EXPECT_EQ(r.err,
             "gguf-diff: error: --map draws the errors --values measures: give --values too\n"
+            "Try 'gguf-diff --help' for more information.\n");
+  r = run_cli("gguf-diff", {"--values", "-q", "--map", dir.file("q.svg"), a, b});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(r.err,
+            "gguf-diff: error: --quiet stops at the first difference: it cannot draw --map\n"
             "Try 'gguf-diff --help' for more information.\n");
   r = run_cli("gguf-diff", {"--values", "--map", svg, a, b});
   EXPECT_EQ(r.code, 2);
