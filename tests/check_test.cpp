@@ -751,9 +751,7 @@ TEST(check, scale_fields_agree_with_ggml_decoders) {
 }
 
 // ggml's gguf_init_from_file accepts the file (metadata only).
-bool ggml_accepts(const std::string& path) {
-  return testing::GgmlRef::get().gguf_accepts(path);
-}
+bool ggml_accepts(const std::string& path) { return testing::GgmlRef::get().gguf_accepts(path); }
 
 TEST(check, errors_agree_with_ggml_reader) {
   // For files our reader accepts, check_model finds an error exactly when ggml refuses.
