@@ -2,6 +2,7 @@
 // as data (so each test changes exactly what it wants), and float helpers with known values.
 #pragma once
 
+#include <gtest/gtest.h>
 #include <xxhash.h>
 
 #include <cmath>
@@ -126,6 +127,56 @@ inline nlohmann::json manifest_of(const Fixture& f) {
                             {"xxh3", hex}});
   }
   return m;
+}
+
+// The metrics, written out independently of the library.
+struct Expected {
+  double rmse = 0, max_abs = 0, rel = 0, cosine = 0, snr_db = 0, wrmse = 0, wrel = 0;
+};
+
+inline Expected expected(const std::vector<float>& base, const std::vector<float>& x,
+                         const std::vector<double>& w = {}) {
+  double d2 = 0, b2 = 0, x2 = 0, dot = 0, wd2 = 0, wb2 = 0, sw = 0;
+  Expected e;
+  for (size_t i = 0; i < base.size(); ++i) {
+    const double d = static_cast<double>(x[i]) - static_cast<double>(base[i]);
+    d2 += d * d;
+    b2 += static_cast<double>(base[i]) * base[i];
+    x2 += static_cast<double>(x[i]) * x[i];
+    dot += static_cast<double>(base[i]) * x[i];
+    e.max_abs = std::max(e.max_abs, std::abs(d));
+    if (!w.empty()) {
+      wd2 += w[i] * d * d;
+      wb2 += w[i] * base[i] * base[i];
+      sw += w[i];
+    }
+  }
+  e.rmse = std::sqrt(d2 / static_cast<double>(base.size()));
+  e.rel = std::sqrt(d2) / std::sqrt(b2);
+  e.cosine = dot / (std::sqrt(b2) * std::sqrt(x2));
+  e.snr_db = 10 * std::log10(b2 / d2);
+  if (!w.empty()) e.wrmse = std::sqrt(wd2 / sw), e.wrel = std::sqrt(wd2 / wb2);
+  return e;
+}
+
+// The fast sum kernels add float partials of 16 terms into double (see diff_metrics.cpp):
+// relative error under 1e-6 by construction; the double kernel (number 0) is held to 1e-12.
+constexpr double kFloatSums = 1e-6, kDoubleSums = 1e-12;
+
+inline void expect_metrics(const ErrorMetrics& m, const Expected& e, bool weighted = false,
+                           double tolerance = kFloatSums) {
+  const auto near = [&](double got, double want, const char* what) {
+    EXPECT_NEAR(got, want, tolerance * std::abs(want)) << what;
+  };
+  near(m.rmse(), e.rmse, "rmse");
+  near(m.max_abs, e.max_abs, "max_abs");
+  near(m.rel(), e.rel, "rel");
+  near(m.cosine(), e.cosine, "cosine");
+  near(m.snr_db(), e.snr_db, "snr_db");
+  if (weighted) {
+    near(m.weighted_rmse(), e.wrmse, "weighted_rmse");
+    near(m.weighted_rel(), e.wrel, "weighted_rel");
+  }
 }
 
 }  // namespace gguf::diff_fixture

@@ -74,7 +74,7 @@ TEST(requant_rules, the_first_matching_rule_decides_and_type_covers_the_rest) {
     }
     EXPECT_EQ(type_name(row.type_after), type);
     EXPECT_EQ(row.rule, rule);
-    EXPECT_EQ(row.action, type == before ? "copy" : "encode");
+    EXPECT_EQ(row.action, type == before ? PlanAction::kCopy : PlanAction::kEncode);
     EXPECT_EQ(r.plan.tensors[i].type_id, row.type_after);
   }
   EXPECT_EQ(first, 2u);
@@ -110,7 +110,7 @@ TEST(requant_rules, output_and_embedding_types_come_before_every_rule) {
     if (row.name.starts_with("blk.2.") && row.name.ends_with("_exps.weight")) {
       EXPECT_EQ(type_name(row.type_after), "q4_0");
     } else if (row.name == "blk.1.ffn_up_exps.weight") {
-      EXPECT_EQ(row.action, "copy");
+      EXPECT_EQ(row.action, PlanAction::kCopy);
     }
   }
 }

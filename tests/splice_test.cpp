@@ -58,7 +58,7 @@ TEST(splice, routed_layers_come_byte_for_byte_from_the_donor) {
   EXPECT_EQ(r.spliced, 9u);
   for (const auto& row : r.rows) {
     const bool take = routed_in(row.name, 3, 5);
-    EXPECT_EQ(row.action, take ? SpliceAction::kSplice : SpliceAction::kCopy) << row.name;
+    EXPECT_EQ(row.action, take ? PlanAction::kSplice : PlanAction::kCopy) << row.name;
     EXPECT_EQ(row.source, take ? fx().donor : fx().base);
     if (take) {
       EXPECT_EQ(type_name(row.type_before), "f16");

@@ -16,9 +16,10 @@
 #include "gguf/render/map_svg.h"
 #include "gguf/write/writer.h"
 
-namespace po = boost::program_options;
-
 namespace {
+
+namespace po = boost::program_options;
+using namespace gguf;
 
 constexpr std::string_view kTool = "gguf-diff";
 constexpr std::string_view kUsage =
@@ -29,7 +30,7 @@ int run(int argc, char** argv) {
   std::vector<std::string> inputs;
   std::string manifest_path, reference_path, imatrix_path, map_path;
   unsigned threads = 0;
-  gguf::cli::SelectorArgs selector;
+  cli::SelectorArgs selector;
   po::options_description desc("Options");
   desc.add_options()("help,h", "show this help and exit")("version", "show the version and exit")(
       "values",
@@ -50,75 +51,70 @@ int run(int argc, char** argv) {
       "with --values: also draw B as an SVG grid (layers x roles) coloured by its relative "
       "error against A (importance-weighted with --imatrix)")("force",
                                                               "replace an existing --map file");
-  gguf::cli::add_threads_option(desc, &threads, "worker");
+  cli::add_threads_option(desc, &threads, "worker");
   selector.add_to(desc);
   po::options_description hidden;
   hidden.add_options()("input", po::value(&inputs)->composing());
   po::positional_options_description positional;
   positional.add("input", -1);
   po::variables_map vm;
-  if (gguf::cli::parse_command_line(argc, argv, kTool, kUsage, desc, hidden, positional, vm))
-    return 0;
+  if (cli::parse_command_line(argc, argv, kTool, kUsage, desc, hidden, positional, vm)) return 0;
 
   const bool manifest = vm.count("manifest");
   const size_t want = manifest ? 1 : 2;
-  gguf::cli::check_positional(inputs, want,
-                              manifest ? "--manifest compares one model" : "two models, A and B");
+  cli::check_positional(inputs, want,
+                        manifest ? "--manifest compares one model" : "two models, A and B");
   if (inputs.size() != want)
-    gguf::usage_error(manifest
-                          ? fmt::format("expected one model with --manifest, got {}", inputs.size())
-                          : fmt::format("expected two models A and B, got {}", inputs.size()));
+    usage_error(manifest ? fmt::format("expected one model with --manifest, got {}", inputs.size())
+                         : fmt::format("expected two models A and B, got {}", inputs.size()));
   const bool quiet = vm.count("quiet"), json = vm.count("json");
-  if (quiet && json) gguf::usage_error("--quiet and --json exclude each other");
+  if (quiet && json) usage_error("--quiet and --json exclude each other");
   if (manifest &&
       (vm.count("paranoid") || vm.count("values") || vm.count("imatrix") || vm.count("reference")))
-    gguf::usage_error(
+    usage_error(
         "--values, --imatrix, --reference and --paranoid need the bytes of both sides; a "
         "manifest holds only hashes");
 
   if (!map_path.empty() && !(vm.count("values") || vm.count("imatrix") || vm.count("reference")))
-    gguf::usage_error("--map draws the errors --values measures: give --values too");
+    usage_error("--map draws the errors --values measures: give --values too");
   if (!map_path.empty() && quiet)
-    gguf::usage_error("--quiet stops at the first difference: it cannot draw --map");
-  gguf::WriteOptions map_options;
+    usage_error("--quiet stops at the first difference: it cannot draw --map");
+  WriteOptions map_options;
   map_options.force = vm.count("force") > 0;
   map_options.inputs = inputs;
   for (const auto* extra : {&imatrix_path, &reference_path})
     if (!extra->empty()) map_options.inputs.push_back(*extra);
-  if (!map_path.empty()) gguf::check_output(map_path, map_options);
-  gguf::DiffOptions options;
+  if (!map_path.empty()) check_output(map_path, map_options);
+  DiffOptions options;
   options.selector = selector.parse();
   options.metadata = !vm.count("no-metadata");
   options.paranoid = vm.count("paranoid");
   options.values = vm.count("values") || vm.count("imatrix") || vm.count("reference");
   options.stop_early = quiet;
   options.threads = threads;
-  std::optional<gguf::Model> reference;
-  if (!reference_path.empty())
-    options.reference = &reference.emplace(gguf::Model::open(reference_path));
-  std::optional<gguf::Imatrix> importance;
-  if (!imatrix_path.empty())
-    options.importance = &importance.emplace(gguf::Imatrix::load(imatrix_path));
+  std::optional<Model> reference;
+  if (!reference_path.empty()) options.reference = &reference.emplace(Model::open(reference_path));
+  std::optional<Imatrix> importance;
+  if (!imatrix_path.empty()) options.importance = &importance.emplace(Imatrix::load(imatrix_path));
 
-  gguf::cli::Progress progress(quiet ? "" : "comparing");
+  cli::Progress progress(quiet ? "" : "comparing");
   if (!quiet) options.progress = progress.callback();
-  const gguf::Model b = gguf::Model::open(inputs.back());
-  gguf::DiffReport report;
+  const Model b = Model::open(inputs.back());
+  DiffReport report;
   if (manifest) {
-    report = gguf::diff_manifest(gguf::read_manifest(manifest_path), b, options);
+    report = diff_manifest(read_manifest(manifest_path), b, options);
   } else {
-    const gguf::Model a = gguf::Model::open(inputs.front());
-    report = gguf::diff_models(a, b, options);
+    const Model a = Model::open(inputs.front());
+    report = diff_models(a, b, options);
   }
   if (!map_path.empty()) {
-    const std::string svg = gguf::render_map_svg(gguf::error_map(report));
-    gguf::write_file(map_path, {reinterpret_cast<const uint8_t*>(svg.data()), svg.size()},
-                     map_options);
+    const std::string svg = render_map_svg(error_map(report));
+    write_file(map_path, {reinterpret_cast<const uint8_t*>(svg.data()), svg.size()}, map_options);
   }
   if (!quiet) {
-    const gguf::DiffRenderOptions render{vm.count("all") > 0, !vm.count("no-summary")};
+    const DiffRenderOptions render{vm.count("all") > 0, !vm.count("no-summary")};
     const std::string out =
-        json ? gguf::render_diff_json(report, render) : gguf::render_diff_text(report, render);
+        json ? render_diff_json(report, render) : render_diff_text(report, render);
     // As fmt::print fails (run_tool reports it with the reason).
     if (std::fwrite(out.data(), 1, out.size(), stdout) != out.size() || std::fflush(stdout) != 0)
       throw std::system_error(errno, std::generic_category(), "cannot write to file");
@@ -129,6 +125,6 @@ int run(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  return gguf::cli::run_tool(
+  return cli::run_tool(
       kTool, argc, argv, [&] { return run(argc, argv); }, 2);
 }

@@ -1,15 +1,15 @@
 // gguf-splice: take tensors byte for byte from donor GGUFs into a base GGUF (no requantizing).
-// Options -> splice() -> write_plan() -> render; see man/gguf-splice.1.
+// Options -> splice() -> execute_plan() -> render; see man/gguf-splice.1.
 #include <fmt/format.h>
 
 #include <map>
 #include <memory>
-#include <optional>
 
 #include "cli/cli.h"
 #include "gguf/base/error.h"
 #include "gguf/base/escape.h"
 #include "gguf/ops/splice.h"
+#include "gguf/write/execute.h"
 
 namespace {
 
@@ -94,7 +94,9 @@ int run(int argc, char** argv) {
   std::vector<TakeSpec> specs;
   if (!donor_path.empty()) specs.push_back({donor_path, sel.parse()});
   for (const auto& t : takes) specs.push_back(parse_take(t));
-  WriteOptions wo;
+  Execution ex;
+  ex.dry_run = dry_run;
+  WriteOptions& wo = ex.write;
   wo.force = vm.count("force") > 0;
   wo.verify = vm.count("no-verify") == 0;
   if (!split_size.empty()) wo.split_max_size = cli::parse_size(split_size, "split-max-size");
@@ -122,18 +124,13 @@ int run(int argc, char** argv) {
   for (const auto& w : r.warnings)
     gguf::cli::eprint("{}: warning: {}\n", kTool, gguf::terminal_safe(w));
 
-  std::optional<WriteResult> written;
   wo.inputs = r.inputs;
-  if (dry_run) {
-    // What the write would refuse, refused now; and the size of what it would write (a split
-    // set's shards each have a header).
-    r.bytes_after = check_plan(r.plan, out, wo).bytes;
-  } else {
-    cli::Progress progress(quiet ? "" : "splicing");
-    if (!quiet) wo.progress = progress.callback();
-    written = write_plan(r.plan, out, wo);
-  }
-  const WriteResult* w = written ? &*written : nullptr;
+  cli::Progress progress(quiet ? "" : "splicing");
+  if (!quiet) wo.progress = progress.callback();
+  const Executed done = execute_plan(r.plan, out, ex);
+  // On a dry run, the size the write would have (a split set's shards each have a header).
+  if (!done.written) r.bytes_after = done.bytes;
+  const WriteResult* w = done.written ? &*done.written : nullptr;
   if (!quiet)
     fmt::print("{}", vm.count("json") ? render_splice_json(r, w) : render_splice_text(r, w));
   return 0;

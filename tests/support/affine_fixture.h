@@ -14,8 +14,14 @@
 
 #include "gguf/base/fp16.h"
 #include "gguf/inputs/safetensors.h"
+#include "gguf/io/source.h"
 
 namespace gguf::testing {
+
+// A safetensors file parsed from bytes in memory (named m.safetensors).
+inline SafetensorsFile parse_bytes(const std::vector<uint8_t>& bytes) {
+  return SafetensorsFile::parse(memory_source(bytes, "m.safetensors"));
+}
 
 // How scales and mins are drawn.
 enum class AffineValues {

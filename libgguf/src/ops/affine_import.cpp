@@ -226,14 +226,13 @@ ImportResult import_safetensors(const SafetensorsFile& file, const ImportOptions
         ImportRow row;
         row.name = t->name;
         row.source = path;
-        row.type_before = "affine";
         row.type_after = traits(*type).id;
         row.shape = detail::ne_of(t->shape);
         row.bytes_before = (t->codes->end - t->codes->begin) + (t->scales->end - t->scales->begin) +
                            (t->mins->end - t->mins->begin);
         const uint64_t rb = *row_bytes(*type, t->cols);
         row.bytes_after = rb * t->rows;
-        row.action = *type == GgmlType::F32 ? "decode" : "encode";
+        row.action = *type == GgmlType::F32 ? PlanAction::kDecode : PlanAction::kEncode;
         row.bits = t->bits;
         row.group = t->group;
         row.packed = t;
@@ -257,11 +256,11 @@ ImportResult import_safetensors(const SafetensorsFile& file, const ImportOptions
     ImportRow row;
     row.name = st.name;
     row.source = path;
-    row.type_before = traits(*type).name;
+    row.type_before = traits(*type).id;
     row.type_after = traits(*type).id;
     row.shape = detail::ne_of(st.shape);
     row.bytes_before = row.bytes_after = st.end - st.begin;
-    row.action = "copy";
+    row.action = PlanAction::kCopy;
     row.plain = &st;
     tensors.push_back({st.name, row.type_after, row.shape, row.bytes_after,
                        FileRange{file.source_ptr(), st.begin}});

@@ -48,7 +48,7 @@ ExactProof prove_exact(const Model& source, const RequantResult& result, const M
                        unsigned threads, std::span<const std::string> names) {
   ExactProof proof;
   for (const RequantRow& row : result.rows) {
-    if (row.action == "copy") continue;
+    if (row.action == PlanAction::kCopy) continue;
     const TensorRef* a = source.find(row.name);
     const TensorRef* b = written.find(row.name);
     const std::string obj = tensor_object(row.name);

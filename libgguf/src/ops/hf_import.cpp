@@ -103,7 +103,9 @@ void Mapper::add_row(ImportRow row, const Source& first, GgmlType type, PayloadS
   row.source = first.path();
   row.file = first.where.file;
   row.type_after = traits(type).id;
-  row.action = first.where.packed ? (type == GgmlType::F32 ? "decode" : "encode") : "copy";
+  row.action = first.where.packed
+                   ? (type == GgmlType::F32 ? PlanAction::kDecode : PlanAction::kEncode)
+                   : PlanAction::kCopy;
   if (first.where.packed) {
     row.bits = first.where.packed->bits;
     row.group = first.where.packed->group;
@@ -127,7 +129,7 @@ void Mapper::add_plain_or_packed(const Group& g) {
   if (cp_.config()) row.hf_name = s.name, row.transform = "rename";
   row.shape = detail::ne_of(s.shape());
   row.bytes_before = s.bytes();
-  row.type_before = s.where.packed ? "affine" : traits(type).name;
+  row.type_before = traits(type).id;  // (meaningless for a packed source: row.affine())
   row.packed = s.where.packed;
   row.plain = s.where.plain;
   PayloadSource payload =
@@ -147,7 +149,7 @@ void Mapper::add_mapped(const Group& g, std::unique_ptr<MappedTensor> m, std::st
   row.transform = transform;
   row.shape = std::move(ne);
   row.bytes_before = bytes_before;
-  row.type_before = first.where.packed ? "affine" : traits(type).name;
+  row.type_before = traits(type).id;  // (meaningless for a packed source: row.affine())
   row.mapped = m.get();
   Producer p = detail::mapped_producer(*m, type, o_.threads, g.gguf);
   r_.mapped.push_back(std::move(m));

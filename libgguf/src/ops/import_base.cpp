@@ -86,11 +86,11 @@ void place_import(ImportResult& r, std::vector<ImportRow> rows, std::vector<Plan
       ImportRow row;
       row.name = info.name;
       row.source = t.file->path();
-      row.type_before = type_name(info.type_id);
+      row.type_before = info.type_id;
       row.type_after = info.type_id;
       row.shape = info.shape;
       row.bytes_before = row.bytes_after = info.require_bytes(t.file->path());
-      row.action = "copy";
+      row.action = PlanAction::kCopy;
       row.from_base = true;
       r.plan.tensors.push_back({info.name, info.type_id, info.shape, row.bytes_after,
                                 FileRange{t.file->source_ptr(), t.data_start()}});

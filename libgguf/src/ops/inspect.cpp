@@ -7,6 +7,7 @@
 #include <map>
 
 #include "gguf/format/hash.h"
+#include "gguf/io/source.h"
 #include "ops/group_order.h"
 
 namespace gguf {
@@ -116,6 +117,25 @@ InspectReport inspect_partial(const GgufFile& file, const Error& error) {
   r.damage = error;
   summarise(r);
   return r;
+}
+
+InspectedPath inspect_path(const std::string& path, const InspectOptions& options) {
+  std::optional<Model> model;
+  try {
+    model = Model::open(path);
+  } catch (const Error& e) {
+    std::shared_ptr<const ByteSource> source;
+    try {
+      source = open_file_source(e.path().empty() ? path : e.path());
+    } catch (const Error&) {
+    }
+    if (!source) throw;
+    std::optional<Error> err;
+    auto partial = GgufFile::parse_partial(std::move(source), err);
+    if (!err) throw;
+    return {inspect_partial(*partial, *err), e, {partial}};
+  }
+  return {inspect(*model, options), std::nullopt, model->shards()};
 }
 
 }  // namespace gguf

@@ -279,7 +279,7 @@ PlannerResult plan_mix(const Model& model, const PlannerOptions& o) {
       row.source = dt.file->path();
       row.type_after = pt.type_id;
       row.bytes_after = pt.bytes;
-      row.action = "splice";
+      row.action = PlanAction::kSplice;
       row.lossy = true;
       row.requantized = false;
       row.importance = ImportanceSource::kNone;
@@ -315,7 +315,9 @@ PlannerResult plan_mix(const Model& model, const PlannerOptions& o) {
       p.type_after = row.type_after;
       p.bytes = row.bytes_after;
       p.error = err[i];
-      p.source = donor_of[i] >= 0 ? row.source : row.action == "copy" ? "copy" : "encode";
+      p.source = donor_of[i] >= 0                  ? row.source
+                 : row.action == PlanAction::kCopy ? "copy"
+                                                   : "encode";
       if (!planned[i]) p.pinned = probe.rows[i].rule;
       r.error += err[i];
       r.tensors.push_back(std::move(p));

@@ -185,7 +185,7 @@ RequantResult requant(const Model& model, const RequantOptions& o) {
     n.encoded += encode;
     n.untyped += quantizable && !decided_by && !o.type;
     if (!encode)
-      row.action = "copy";
+      row.action = PlanAction::kCopy;
     else
       detail::plan_encode(t, *want, decided_by, o, row, pt, notes);
     r.plan.tensors.push_back(std::move(pt));

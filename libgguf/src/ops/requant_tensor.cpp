@@ -224,8 +224,8 @@ void plan_encode(const TensorRef& t, GgmlType to, const TypeRule* decided_by,
   row.type_after = target.id;
   row.bytes_after = *rb * static_cast<uint64_t>(nrows);
   row.action = (to_type == GgmlType::F32 || to_type == GgmlType::F16 || to_type == GgmlType::BF16)
-                   ? "decode"
-                   : "encode";
+                   ? PlanAction::kDecode
+                   : PlanAction::kEncode;
   // Decoding to f32 is exact (but for f64 sources), and so is what --exact proves; any
   // other target may round, and rounds again what a quantized source had rounded already.
   row.lossy = (to_type != GgmlType::F32 || src_type == GgmlType::F64) && !o.exact;

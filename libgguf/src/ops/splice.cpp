@@ -173,7 +173,7 @@ void check_gate_up(const SpliceResult& r, const std::string& arch, const SpliceO
     const TensorName tn = classify_tensor(t.name, arch, ggml_dims(t.shape));
     if (!tn.layer) continue;
     auto& l = layers[*tn.layer];
-    l.spliced |= r.rows[i].action == SpliceAction::kSplice;
+    l.spliced |= r.rows[i].action == PlanAction::kSplice;
     if (tn.is_gate_or_up_weight()) l.rows.push_back(i);
   }
   for (const auto& entry : layers) {
@@ -288,10 +288,6 @@ void settle_file_type(SpliceResult& r) {
 }
 
 }  // namespace
-
-std::string_view action_name(SpliceAction a) {
-  return a == SpliceAction::kSplice ? "splice" : "copy";
-}
 
 std::optional<uint32_t> ftype_of_type(uint32_t type_id) {
   for (const auto& e : kFtypes)
@@ -437,7 +433,7 @@ SpliceResult splice(const Model& base, std::span<const Donor> donors, const Spli
     row.bytes_after = *src.info->bytes;  // sized: resolve_claims checked donors, base above
     row.source = src.file->path();
     if (claims[i]) {
-      row.action = SpliceAction::kSplice;
+      row.action = PlanAction::kSplice;
       row.donor = claims[i]->donor;
       ++r.spliced;
     }

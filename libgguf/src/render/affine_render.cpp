@@ -9,14 +9,14 @@
 #include "gguf/format/file.h"
 #include "gguf/format/json.h"
 #include "gguf/ops/affine.h"
-#include "render/render_written.h"
+#include "render/plan_render.h"
 
 namespace gguf {
 namespace {
 
 std::string before_text(const ImportRow& row) {
-  return row.type_before == "affine" ? fmt::format("u{} affine g{}", row.bits, row.group)
-                                     : row.type_before;
+  return row.affine() ? fmt::format("u{} affine g{}", row.bits, row.group)
+                      : std::string(type_name(row.type_before));
 }
 
 }  // namespace
@@ -55,7 +55,7 @@ std::string render_import_text(const ImportResult& r, const WriteResult* written
       imported, imported == 1 ? "" : "s", packed, imported - packed);
   if (base > 0) out += fmt::format(", {} kept from the base", base);
   out += "\n";
-  out += detail::written_text(r.bytes_before, r.bytes_after, written);
+  out += detail::sizes_and_written_text(r.bytes_before, r.bytes_after, written);
   if (written && !proof) out += "exact: not proven (--no-verify): the output was not read back\n";
   if (proof)
     out += fmt::format(
@@ -74,20 +74,15 @@ std::string render_import_json(const ImportResult& r, const WriteResult* written
   json doc;
   doc["tensors"] = json::array();
   for (const auto& row : r.rows) {
-    json j = {{"name", utf8_or_escaped(row.name)},
-              {"source", utf8_or_escaped(row.source)},
-              // A packed tensor had no ggml type: null (its bits and group say what it was).
-              {"type_before", row.type_before == "affine" ? json(nullptr) : json(row.type_before)},
-              {"type_after", type_name(row.type_after)},
-              {"shape", row.shape},
-              {"bytes_before", row.bytes_before},
-              {"bytes_after", row.bytes_after},
-              {"action", row.action},
-              {"lossy", false},
-              {"requantized", false},
-              {"importance", nullptr},  // as every gguf-requant report: an import weights nothing
-              {"rule", nullptr}};
-    if (row.type_before == "affine") {
+    json j = detail::plan_row_json(row);
+    // A packed tensor had no ggml type: null (its bits and group say what it was).
+    if (row.affine()) j["type_before"] = nullptr;
+    j["shape"] = row.shape;
+    j["lossy"] = false;
+    j["requantized"] = false;
+    j["importance"] = nullptr;  // as every gguf-requant report: an import weights nothing
+    j["rule"] = nullptr;
+    if (row.affine()) {
       j["bits"] = row.bits;
       j["group"] = row.group;
     }

@@ -10,7 +10,7 @@
 #include "gguf/base/units.h"
 #include "gguf/format/json.h"
 #include "gguf/ops/planner.h"
-#include "render/render_written.h"
+#include "render/plan_render.h"
 
 namespace gguf {
 namespace {
@@ -49,7 +49,7 @@ std::string render_plan_text(const PlannerResult& r, const WriteResult* written)
       "gap {:.3g}{})\n",
       r.file_bytes, human_bytes(r.file_bytes), r.bpw, r.error, r.lp_bound, gap,
       r.error > 0 ? fmt::format(", {:.3f}%", 100.0 * gap / r.error) : std::string());
-  out += detail::written_text(r.requant.bytes_before, r.file_bytes, written);
+  out += detail::sizes_and_written_text(r.requant.bytes_before, r.file_bytes, written);
   return out;
 }
 

@@ -10,7 +10,7 @@
 #include "gguf/format/json.h"
 #include "gguf/ops/exact.h"
 #include "gguf/ops/requant.h"
-#include "render/render_written.h"
+#include "render/plan_render.h"
 
 namespace gguf {
 namespace {
@@ -40,7 +40,7 @@ std::string render_requant_text(const RequantResult& r, const WriteResult* writt
   Table t(header, left);
   size_t copied = 0;
   for (const auto& row : r.rows) {
-    if (row.action == "copy") {
+    if (row.action == PlanAction::kCopy) {
       ++copied;
       continue;
     }
@@ -58,7 +58,7 @@ std::string render_requant_text(const RequantResult& r, const WriteResult* writt
   const size_t encoded = r.rows.size() - copied;
   out += fmt::format("\n{} tensor{} re-encoded, {} copied byte for byte\n", encoded,
                      encoded == 1 ? "" : "s", copied);
-  out += detail::written_text(r.bytes_before, r.bytes_after, written);
+  out += detail::sizes_and_written_text(r.bytes_before, r.bytes_after, written);
   if (exact)
     out +=
         fmt::format("exact: {} re-encoded tensor{} read back: {} values equal to the source's{}\n",
@@ -77,21 +77,16 @@ std::string render_requant_json(const RequantResult& r, const WriteResult* writt
   using nlohmann::json;
   json doc;
   doc["tensors"] = json::array();
-  for (const auto& row : r.rows)
-    doc["tensors"].push_back(
-        {{"name", utf8_or_escaped(row.name)},
-         {"source", utf8_or_escaped(row.source)},
-         {"type_before", type_name(row.type_before)},
-         {"type_after", type_name(row.type_after)},
-         {"bytes_before", row.bytes_before},
-         {"bytes_after", row.bytes_after},
-         {"action", row.action},
-         {"lossy", row.lossy},
-         {"requantized", row.requantized},
-         {"importance", row.importance == ImportanceSource::kNone
-                            ? json(nullptr)
-                            : json(importance_name(row.importance))},
-         {"rule", row.rule.empty() ? json(nullptr) : json(message_for_json(row.rule))}});
+  for (const auto& row : r.rows) {
+    json j = detail::plan_row_json(row);
+    j["lossy"] = row.lossy;
+    j["requantized"] = row.requantized;
+    j["importance"] = row.importance == ImportanceSource::kNone
+                          ? json(nullptr)
+                          : json(importance_name(row.importance));
+    j["rule"] = row.rule.empty() ? json(nullptr) : json(message_for_json(row.rule));
+    doc["tensors"].push_back(std::move(j));
+  }
   detail::add_written_json(doc, r.bytes_before, r.bytes_after, written);
   doc["exact"] = exact ? json{{"tensors", exact->tensors},
                               {"values", exact->values},

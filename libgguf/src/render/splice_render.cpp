@@ -11,6 +11,7 @@
 #include "gguf/format/types.h"
 #include "gguf/ops/splice.h"
 #include "render/metadata_changes_json.h"
+#include "render/plan_render.h"
 
 namespace gguf {
 namespace {
@@ -39,7 +40,7 @@ std::string render_splice_text(const SpliceResult& r, const WriteResult* written
   } else {
     Table table({"tensor", "from", "type", "bytes delta"}, {true, true, true, false});
     for (const SpliceRow& row : r.rows) {
-      if (row.action != SpliceAction::kSplice) continue;
+      if (row.action != PlanAction::kSplice) continue;
       table.add({escape_for_terminal(row.name), escape_for_terminal(row.source),
                  fmt::format("{} -> {}", type_name(row.type_before), type_name(row.type_after)),
                  signed_bytes(row.bytes_before, row.bytes_after)});
@@ -54,41 +55,19 @@ std::string render_splice_text(const SpliceResult& r, const WriteResult* written
                      human_bytes(r.tensor_bytes_after),
                      signed_bytes(r.tensor_bytes_before, r.tensor_bytes_after));
   // What was written (a split set's shards each have a header), else what the plan says.
-  const uint64_t after = written ? written->bytes : r.bytes_after;
+  const uint64_t after = detail::size_after(r.bytes_after, written);
   out += fmt::format("file size:   {} -> {} ({})\n", human_bytes(r.bytes_before),
                      human_bytes(after), signed_bytes(r.bytes_before, after));
   if (r.file_type_before || r.file_type_after)
     out += fmt::format("general.file_type: {} -> {}\n", ftype_text(r.file_type_before),
                        ftype_text(r.file_type_after));
-  if (!written) {
-    out += "dry run: nothing written\n";
-    return out;
-  }
-  if (written->paths.size() == 1) {
-    out += fmt::format("wrote '{}' ({}){}\n", escape_for_terminal(written->paths[0]),
-                       human_bytes(written->bytes),
-                       written->verified ? ", every payload verified" : ", not verified");
-  } else {
-    out +=
-        fmt::format("wrote {} files ({}){}:\n", written->paths.size(), human_bytes(written->bytes),
-                    written->verified ? ", every payload verified" : ", not verified");
-    for (const auto& p : written->paths) out += fmt::format("  {}\n", escape_for_terminal(p));
-  }
-  return out;
+  return out + detail::written_text(written, detail::WrittenForm::kSummary);
 }
 
 std::string render_splice_json(const SpliceResult& r, const WriteResult* written) {
   using nlohmann::json;
   json tensors = json::array();
-  for (const SpliceRow& row : r.rows) {
-    tensors.push_back({{"name", utf8_or_escaped(row.name)},
-                       {"source", utf8_or_escaped(row.source)},
-                       {"type_before", type_name(row.type_before)},
-                       {"type_after", type_name(row.type_after)},
-                       {"bytes_before", row.bytes_before},
-                       {"bytes_after", row.bytes_after},
-                       {"action", action_name(row.action)}});
-  }
+  for (const SpliceRow& row : r.rows) tensors.push_back(detail::plan_row_json(row));
   json donors = json::array();
   for (size_t d = 0; d < r.donor_paths.size(); ++d)
     donors.push_back({{"path", utf8_or_escaped(r.donor_paths[d])},
@@ -97,26 +76,18 @@ std::string render_splice_json(const SpliceResult& r, const WriteResult* written
   for (const auto& w : r.warnings) warnings.push_back(message_for_json(w));
   json keys = json::array();
   for (const auto& m : r.key_changes) keys.push_back(detail::metadata_change_json(m));
-  json outputs = json::array();
-  if (written)
-    for (const auto& p : written->paths) outputs.push_back(utf8_or_escaped(p));
   json doc = {
       {"tensors", std::move(tensors)},
-      {"bytes_before", r.bytes_before},
-      {"bytes_after", written ? written->bytes : r.bytes_after},
-      {"output", written && !written->paths.empty() ? json(utf8_or_escaped(written->paths[0]))
-                                                    : json(nullptr)},
-      {"outputs", std::move(outputs)},
       {"tensor_bytes_before", r.tensor_bytes_before},
       {"tensor_bytes_after", r.tensor_bytes_after},
       {"spliced", r.spliced},
       {"donors", std::move(donors)},
       {"file_type_before", opt_json(r.file_type_before)},
       {"file_type_after", opt_json(r.file_type_after)},
-      {"verified", written ? written->verified : false},
       {"warnings", std::move(warnings)},
       {"metadata", std::move(keys)},
   };
+  detail::add_written_json(doc, r.bytes_before, r.bytes_after, written);
   return dump_json(doc, 2) + "\n";
 }
 

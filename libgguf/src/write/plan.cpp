@@ -10,8 +10,23 @@
 #include "gguf/base/error.h"
 #include "gguf/format/file.h"
 #include "gguf/format/types.h"
+#include "gguf/write/plan_report.h"
 
 namespace gguf {
+
+std::string_view action_name(PlanAction a) {
+  switch (a) {
+    case PlanAction::kCopy:
+      return "copy";
+    case PlanAction::kSplice:
+      return "splice";
+    case PlanAction::kEncode:
+      return "encode";
+    case PlanAction::kDecode:
+      return "decode";
+  }
+  return "copy";
+}
 
 std::optional<std::string> raise_small_alignment(Metadata& metadata) {
   const KeyValue* kv = find_key_as_ggml(metadata, "general.alignment");

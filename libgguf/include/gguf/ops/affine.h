@@ -21,6 +21,7 @@
 #include "gguf/format/types.h"
 #include "gguf/inputs/safetensors.h"
 #include "gguf/write/plan.h"
+#include "gguf/write/plan_report.h"
 #include "gguf/write/writer.h"
 
 namespace gguf {
@@ -105,15 +106,12 @@ struct MappedTensor {
   uint64_t key_source(uint64_t r, uint64_t c) const;
 };
 
-struct ImportRow {
-  std::string name;
-  std::string source;       // path the payload comes from
-  std::string type_before;  // "affine" for packed tensors, else a ggml type name
-  uint32_t type_after = 0;
+// A row of the plan report: kCopy, or for packed tensors kEncode (to q4_1/q5_1) or kDecode (to
+// f32). A packed tensor had no ggml type: its type_before is meaningless (bits and group say
+// what it was).
+struct ImportRow : PlanRow {
   std::vector<int64_t> shape;  // ggml ne order
-  uint64_t bytes_before = 0, bytes_after = 0;
-  std::string action;  // "copy" | "encode" (packed, to q4_1/q5_1) | "decode" (packed, to f32)
-  unsigned bits = 0;   // packed tensors only
+  unsigned bits = 0;           // packed tensors only
   uint64_t group = 0;
   bool from_base = false;  // copied from the base GGUF
   std::string type_base;   // with a base: the type of the base tensor it replaces, when another
@@ -125,6 +123,8 @@ struct ImportRow {
   // Hugging Face checkpoints: the source's name (a stack: "...experts.{0..7}.w1.weight") and
   // the transform (hf_names.h's transform_name); empty otherwise.
   std::string hf_name, transform;
+  // A packed-affine source (bits and group say what it was; it had no ggml type_before).
+  bool affine() const { return bits != 0; }
 };
 
 struct ImportResult {

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -69,6 +70,18 @@ struct InspectReport {
 InspectReport inspect(const Model& model, const InspectOptions& options);
 // The report of a damaged single file: what could be read before error.
 InspectReport inspect_partial(const GgufFile& file, const Error& error);
+
+// The model at path, inspected; or a damaged file (one the reader refuses): the report of what
+// could be read (inspect_partial), and the reader's error to fail with once it is shown. A file
+// that cannot even be opened, or shards that parse but make no model (a split set's missing
+// shard), throws the model's own error, which names the shard and any copy an interrupted
+// --force replacement set aside beside it.
+struct InspectedPath {
+  InspectReport report;
+  std::optional<Error> failure;
+  std::vector<std::shared_ptr<const GgufFile>> files;  // what the report points into
+};
+InspectedPath inspect_path(const std::string& path, const InspectOptions& options);
 
 struct RenderOptions {
   bool summary = true, metadata = false, tensors = false, full = false;

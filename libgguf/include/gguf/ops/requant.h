@@ -17,6 +17,7 @@
 #include "gguf/format/types.h"
 #include "gguf/inputs/imatrix.h"
 #include "gguf/write/plan.h"
+#include "gguf/write/plan_report.h"
 #include "gguf/write/writer.h"
 
 namespace gguf {
@@ -91,12 +92,8 @@ struct RequantOptions {
 // How a tensor's importance weights were obtained.
 enum class ImportanceSource { kNone, kImatrix, kColumnEnergy };
 
-struct RequantRow {
-  std::string name;
-  std::string source;  // path of the file the tensor is read from
-  uint32_t type_before = 0, type_after = 0;
-  uint64_t bytes_before = 0, bytes_after = 0;
-  std::string action;        // "copy" | "encode" | "decode"
+// A row of the plan report: kCopy, kEncode or kDecode (to f32, f16, bf16).
+struct RequantRow : PlanRow {
   bool lossy = false;        // values may change: any target but f32, unless --exact proves them
   bool requantized = false;  // lossy, and the source was already quantized (error adds up)
   ImportanceSource importance = ImportanceSource::kNone;

@@ -15,6 +15,7 @@
 #include "gguf/ops/diff.h"
 #include "gguf/ops/metadata_edit.h"
 #include "gguf/write/plan.h"
+#include "gguf/write/plan_report.h"
 #include "gguf/write/writer.h"
 
 namespace gguf {
@@ -51,15 +52,8 @@ struct SpliceOptions {
   std::optional<uint32_t> alignment;
 };
 
-enum class SpliceAction { kCopy, kSplice };
-std::string_view action_name(SpliceAction a);  // "copy", "splice"
-
-struct SpliceRow {
-  std::string name;
-  std::string source;  // path of the file the payload comes from
-  uint32_t type_before = 0, type_after = 0;
-  uint64_t bytes_before = 0, bytes_after = 0;
-  SpliceAction action = SpliceAction::kCopy;
+// A row of the plan report: kCopy from the base, or kSplice from a donor.
+struct SpliceRow : PlanRow {
   std::optional<size_t> donor;  // index into the donors, for spliced tensors
 };
 

@@ -1,0 +1,53 @@
+// The parts every plan report renders alike: rows and written files as JSON, and the footer.
+#include "render/plan_render.h"
+
+#include <fmt/format.h>
+
+#include "gguf/base/escape.h"
+#include "gguf/base/units.h"
+#include "gguf/format/types.h"
+
+namespace gguf::detail {
+
+std::string written_text(const WriteResult* w, WrittenForm form) {
+  if (!w) return "dry run: nothing written\n";
+  std::string out;
+  if (form == WrittenForm::kSummary) {
+    const char* verified = w->verified ? ", every payload verified" : ", not verified";
+    if (w->paths.size() == 1)
+      return fmt::format("wrote '{}' ({}){}\n", escape_for_terminal(w->paths[0]),
+                         human_bytes(w->bytes), verified);
+    out = fmt::format("wrote {} files ({}){}:\n", w->paths.size(), human_bytes(w->bytes), verified);
+    for (const auto& p : w->paths) out += fmt::format("  {}\n", escape_for_terminal(p));
+    return out;
+  }
+  for (const auto& p : w->paths) out += fmt::format("wrote {}\n", escape_for_terminal(p));
+  if (w->verified) out += "verified: every tensor read back and hashed\n";
+  return out;
+}
+
+std::string sizes_and_written_text(uint64_t before, uint64_t planned, const WriteResult* w) {
+  return fmt::format("size: {} -> {}\n", human_bytes(before), human_bytes(size_after(planned, w))) +
+         written_text(w);
+}
+
+nlohmann::json plan_row_json(const PlanRow& row) {
+  return {{"name", utf8_or_escaped(row.name)},         {"source", utf8_or_escaped(row.source)},
+          {"type_before", type_name(row.type_before)}, {"type_after", type_name(row.type_after)},
+          {"bytes_before", row.bytes_before},          {"bytes_after", row.bytes_after},
+          {"action", action_name(row.action)}};
+}
+
+void add_written_json(nlohmann::json& doc, uint64_t before, uint64_t planned,
+                      const WriteResult* w) {
+  using nlohmann::json;
+  doc["bytes_before"] = before;
+  doc["bytes_after"] = size_after(planned, w);
+  doc["output"] = w ? json(utf8_or_escaped(w->paths.front())) : json(nullptr);
+  doc["outputs"] = json::array();
+  if (w)
+    for (const auto& p : w->paths) doc["outputs"].push_back(utf8_or_escaped(p));
+  doc["verified"] = w ? w->verified : false;
+}
+
+}  // namespace gguf::detail
