@@ -31,6 +31,8 @@ class OutputFile {
   // anonymous (valid until commit()).
   const std::string& temp_path() const { return temp_.empty() ? proc_ : temp_; }
   uint64_t position() const { return pos_; }
+  // The descriptor being written (for FIEMAP), -1 after commit().
+  int fd() const { return fd_; }
   // What is being written now, for messages (e.g. "tensor 'x'"); empty for the header.
   void set_object(std::string object) { object_ = std::move(object); }
 

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -38,13 +39,21 @@ struct WrittenTensor {
   size_t shard = 0;
   uint64_t offset = 0;  // absolute offset of the payload in its shard
   uint64_t bytes = 0;
-  uint64_t xxh3 = 0;  // of the payload as written
+  // Of the payload as written, when it was hashed whole: not when part of it was handed to the
+  // kernel unread so that a copy-on-write file system could share it (see WriteResult).
+  std::optional<uint64_t> xxh3;
 };
 
 struct WriteResult {
   std::vector<std::string> paths;  // one, or every shard of a split set
   uint64_t bytes = 0;              // total bytes written
+  // How those bytes got there (the three sum to `bytes`): shared with an input's blocks by a
+  // copy-on-write file system (XFS with reflink, btrfs: block-aligned copy_file_range), proven
+  // by FIEMAP to lie on the input's physical extents; copied from inputs; or written (headers,
+  // padding, encoded and in-memory payloads).
+  uint64_t bytes_shared = 0, bytes_copied = 0, bytes_written = 0;
   std::vector<WrittenTensor> tensors;
+  // Every byte checked: shared ranges by that proof, the rest read back and hashed.
   bool verified = false;
 };
 
