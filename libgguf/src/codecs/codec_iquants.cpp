@@ -3,6 +3,7 @@
 #include <bit>
 #include <cstring>
 
+#include "codecs/codec_blocks.h"
 #include "codecs/codec_iquant_tables.h"
 #include "codecs/codec_iquants_encode.h"
 #include "codecs/codec_kquants_common.h"
@@ -15,73 +16,7 @@ namespace {
 static_assert(std::endian::native == std::endian::little, "blocks are read as little-endian");
 
 constexpr int kQK = 256;  // super-block size of every IQ type except IQ4_NL
-
-struct BlockIq2Xxs {
-  uint16_t d;
-  uint8_t qs[64];  // per 32 values: 4 grid indices, then 4x7 sign bits and a 4-bit scale
-};
-static_assert(sizeof(BlockIq2Xxs) == 66);
-
-struct BlockIq2Xs {
-  uint16_t d;
-  uint16_t qs[32];    // 9-bit grid index, 7 sign bits
-  uint8_t scales[8];  // two 4-bit scales per 32 values
-};
-static_assert(sizeof(BlockIq2Xs) == 74);
-
-struct BlockIq2S {
-  uint16_t d;
-  uint8_t qs[32];  // low 8 bits of the grid indices
-  uint8_t signs[32];
-  uint8_t qh[8];  // high 2 bits of the grid indices, four per byte
-  uint8_t scales[8];
-};
-static_assert(sizeof(BlockIq2S) == 82);
-
-struct BlockIq3Xxs {
-  uint16_t d;
-  uint8_t qs[64];            // grid indices, 4 values each
-  uint8_t scales_signs[32];  // per 32 values: 4x7 sign bits and a 4-bit scale
-};
-static_assert(sizeof(BlockIq3Xxs) == 98);
-
-struct BlockIq3S {
-  uint16_t d;
-  uint8_t qs[64];  // low 8 bits of the grid indices
-  uint8_t qh[8];   // ninth bit of the grid indices
-  uint8_t signs[32];
-  uint8_t scales[4];  // two 4-bit scales per 64 values
-};
-static_assert(sizeof(BlockIq3S) == 110);
-
-struct BlockIq1S {
-  uint16_t d;
-  uint8_t qs[32];  // low 8 bits of the grid indices
-  uint16_t qh[8];  // per 32 values: 4x3 index bits, 3-bit scale, delta sign
-};
-static_assert(sizeof(BlockIq1S) == 50);
-
-struct BlockIq1M {
-  uint8_t qs[32];     // low 8 bits of the grid indices
-  uint8_t qh[16];     // per 16 values: 2x(3 index bits, delta sign)
-  uint8_t scales[8];  // 3-bit scales; the top nibbles of the four u16 hold the fp16 scale
-};
-static_assert(sizeof(BlockIq1M) == 56);
-
 constexpr int kQK4Nl = 32;
-struct BlockIq4Nl {
-  uint16_t d;
-  uint8_t qs[16];
-};
-static_assert(sizeof(BlockIq4Nl) == 18);
-
-struct BlockIq4Xs {
-  uint16_t d;
-  uint16_t scales_h;    // high 2 bits of the eight 6-bit scales
-  uint8_t scales_l[4];  // low 4 bits of the eight 6-bit scales
-  uint8_t qs[128];
-};
-static_assert(sizeof(BlockIq4Xs) == 136);
 
 template <class Block>
 Block load_block(const uint8_t* src, int64_t i) {

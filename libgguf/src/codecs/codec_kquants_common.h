@@ -1,4 +1,5 @@
-// Internal to the k-quant codecs: block layouts of q2_K..q8_K, ggml's rounding, and the
+// Internal to the k-quant codecs: ggml's rounding, the block layouts of q2_K..q8_K (from
+// codec_blocks.h), and the
 // scale searches the encoders share (implemented in codec_kquants_search.cpp).
 #pragma once
 
@@ -17,6 +18,7 @@
 #include <cstdint>
 #include <cstring>
 
+#include "codecs/codec_blocks.h"
 #include "gguf/base/fp16.h"
 
 namespace gguf::detail::kq {
@@ -25,59 +27,13 @@ inline constexpr int kQK = 256;  // elements per super-block (ggml's QK_K)
 // Below this magnitude ggml treats a group as all zero.
 inline constexpr float kGroupMaxEps = 1e-15f;
 
-// Scales of 16 groups: low nibble scale, high nibble min. Value = d*sc*q - dmin*m.
-struct BlockQ2_K {
-  uint8_t scales[kQK / 16];
-  uint8_t qs[kQK / 4];  // 2-bit quants, four 32-element planes per 128 elements
-  uint16_t d;           // fp16
-  uint16_t dmin;        // fp16
-};
-static_assert(sizeof(BlockQ2_K) == 84);
-
-// 16 groups with 6-bit signed scales (biased by 32); value = d*(sc-32)*(q-4).
-struct BlockQ3_K {
-  uint8_t hmask[kQK / 8];  // bit 2 of each quant; bit b of byte m covers element 32*b + m
-  uint8_t qs[kQK / 4];     // low two bits, same plane layout as q2_K
-  uint8_t scales[12];      // 16 x 6 bits: low nibbles in [0, 8), high pairs in [8, 12)
-  uint16_t d;              // fp16
-};
-static_assert(sizeof(BlockQ3_K) == 110);
-
-// 8 groups of 32 with 6-bit scales and mins packed into 12 bytes; value = d*sc*q - dmin*m.
-struct BlockQ4_K {
-  uint16_t d;
-  uint16_t dmin;
-  uint8_t scales[12];
-  uint8_t qs[kQK / 2];  // nibbles: low = element l, high = element l + 32 of each 64
-};
-static_assert(sizeof(BlockQ4_K) == 144);
-
-// Like q4_K plus a fifth bit per quant.
-struct BlockQ5_K {
-  uint16_t d;
-  uint16_t dmin;
-  uint8_t scales[12];
-  uint8_t qh[kQK / 8];  // bit 2k: element 64k + l, bit 2k+1: element 64k + 32 + l
-  uint8_t qs[kQK / 2];
-};
-static_assert(sizeof(BlockQ5_K) == 176);
-
-// 16 groups with int8 scales; value = d*sc*(q-32), q 6 bits.
-struct BlockQ6_K {
-  uint8_t ql[kQK / 2];
-  uint8_t qh[kQK / 4];
-  int8_t scales[kQK / 16];
-  uint16_t d;
-};
-static_assert(sizeof(BlockQ6_K) == 210);
-
-// Activation type: fp32 scale, int8 quants, per-16 sums of the quants.
-struct BlockQ8_K {
-  float d;
-  int8_t qs[kQK];
-  int16_t bsums[kQK / 16];
-};
-static_assert(sizeof(BlockQ8_K) == 292);
+// The block layouts (codec_blocks.h), by the names the k-quant code has always used.
+using detail::BlockQ2_K;
+using detail::BlockQ3_K;
+using detail::BlockQ4_K;
+using detail::BlockQ5_K;
+using detail::BlockQ6_K;
+using detail::BlockQ8_K;
 
 // Payload bytes may sit at any alignment: blocks are copied, never cast in place.
 template <class Block>

@@ -10,6 +10,7 @@
 #include <cstring>
 #include <type_traits>
 
+#include "codecs/codec_blocks.h"
 #include "codecs/codec_legacy_search.h"
 #include "codecs/codec_registry.h"
 #include "gguf/base/fp16.h"
@@ -22,39 +23,6 @@ static_assert(std::endian::native == std::endian::little,
 
 constexpr int kQK = 32;  // elements per block, all six types
 constexpr int kHalf = kQK / 2;
-
-struct BlockQ4_0 {
-  uint16_t d;
-  uint8_t qs[16];  // element j in the low nibble of qs[j], element j+16 in the high nibble
-};
-struct BlockQ4_1 {
-  uint16_t d, m;
-  uint8_t qs[16];
-};
-struct BlockQ5_0 {
-  uint16_t d;
-  uint8_t qh[4];  // bit j of the little-endian u32 is the fifth bit of element j
-  uint8_t qs[16];
-};
-struct BlockQ5_1 {
-  uint16_t d, m;
-  uint8_t qh[4];
-  uint8_t qs[16];
-};
-struct BlockQ8_0 {
-  uint16_t d;
-  int8_t qs[32];
-};
-struct BlockQ8_1 {
-  uint16_t d, s;  // s = d * sum(qs), a cache for dot products; decoding ignores it
-  int8_t qs[32];
-};
-static_assert(sizeof(BlockQ4_0) == 18);
-static_assert(sizeof(BlockQ4_1) == 20);
-static_assert(sizeof(BlockQ5_0) == 22);
-static_assert(sizeof(BlockQ5_1) == 24);
-static_assert(sizeof(BlockQ8_0) == 34);
-static_assert(sizeof(BlockQ8_1) == 36);
 
 // Payloads are byte streams without alignment: multi-byte fields are copied in and out with
 // memcpy at their offsetof() positions, never read through a pointer cast to a wider type.

@@ -12,6 +12,7 @@
 #include <tuple>
 #include <utility>
 
+#include "codecs/codec_blocks.h"
 #include "codecs/codec_iquant_tables.h"
 #include "codecs/codec_registry.h"
 #include "codecs/codec_simd.h"
@@ -21,43 +22,6 @@ namespace gguf::detail {
 namespace {
 
 static_assert(std::endian::native == std::endian::little, "blocks are read as little-endian");
-
-struct BlockTq1_0 {
-  uint8_t qs[48];  // five trits per byte (base-3 fixed point, most significant trit first)
-  uint8_t qh[4];   // four trits per byte, for the last 16 values
-  uint16_t d;
-};
-static_assert(sizeof(BlockTq1_0) == 54);
-
-struct BlockTq2_0 {
-  uint8_t qs[64];  // 2-bit codes q, value (q - 1) * d
-  uint16_t d;
-};
-static_assert(sizeof(BlockTq2_0) == 66);
-
-struct BlockMxfp4 {
-  uint8_t e;  // E8M0 shared exponent
-  uint8_t qs[16];
-};
-static_assert(sizeof(BlockMxfp4) == 17);
-
-struct BlockNvfp4 {
-  uint8_t d[4];  // UE4M3 scale per 16 values
-  uint8_t qs[32];
-};
-static_assert(sizeof(BlockNvfp4) == 36);
-
-struct BlockQ1_0 {
-  uint16_t d;
-  uint8_t qs[16];  // one sign bit per value
-};
-static_assert(sizeof(BlockQ1_0) == 18);
-
-struct BlockQ2_0 {
-  uint16_t d;
-  uint8_t qs[16];  // 2-bit codes q, value (q - 1) * d
-};
-static_assert(sizeof(BlockQ2_0) == 18);
 
 constexpr int kQK = 256;
 constexpr int kQKMxfp4 = 32;

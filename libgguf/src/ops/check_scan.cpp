@@ -6,8 +6,10 @@
 #include <tbb/task_arena.h>
 
 #include <algorithm>
+#include <cstddef>
 #include <cstring>
 
+#include "codecs/codec_blocks.h"
 #include "gguf/base/escape.h"
 #include "gguf/base/threads.h"
 #include "ops/check_parts.h"
@@ -31,10 +33,12 @@ struct ScanLayout {
   int n_fields = 0;
 };
 
-// Byte offsets of the fp16 scales inside each block (ggml-common.h block layouts). mxfp4's E8M0
-// exponent byte 0xFF is the format's NaN: ggml's decoder reads it as 2^127, but
-// ggml_validate_row_data (llama.cpp's tensor check) refuses it. nvfp4's UE4M3 scales are valid
-// for every byte (ggml checks nothing), so they are not listed.
+// Where each type's block keeps its scales (codec_blocks.h). mxfp4's E8M0 exponent byte 0xFF is
+// the format's NaN: ggml's decoder reads it as 2^127, but ggml_validate_row_data (llama.cpp's
+// tensor check) refuses it. nvfp4's UE4M3 scales are valid for every byte (ggml checks
+// nothing), so they are not listed.
+#define GGUF_FIELD(Block, field, name) \
+  ScaleField { static_cast<uint16_t>(offsetof(detail::Block, field)), name }
 ScanLayout scan_layout(uint32_t type) {
   using T = GgmlType;
   const auto half = [](ScaleField a) { return ScanLayout{Scan::kHalfScales, {a, {}}, 1}; };
@@ -51,47 +55,62 @@ ScanLayout scan_layout(uint32_t type) {
     case T::F64:
       return {Scan::kF64};
     case T::Q4_1:
+      return halves(GGUF_FIELD(BlockQ4_1, d, "d"), GGUF_FIELD(BlockQ4_1, m, "m"));
     case T::Q5_1:
-      return halves({0, "d"}, {2, "m"});
+      return halves(GGUF_FIELD(BlockQ5_1, d, "d"), GGUF_FIELD(BlockQ5_1, m, "m"));
     case T::Q8_1:
-      return halves({0, "d"}, {2, "s"});
+      return halves(GGUF_FIELD(BlockQ8_1, d, "d"), GGUF_FIELD(BlockQ8_1, s, "s"));
     case T::Q4_K:
+      return halves(GGUF_FIELD(BlockQ4_K, d, "d"), GGUF_FIELD(BlockQ4_K, dmin, "dmin"));
     case T::Q5_K:
-      return halves({0, "d"}, {2, "dmin"});
+      return halves(GGUF_FIELD(BlockQ5_K, d, "d"), GGUF_FIELD(BlockQ5_K, dmin, "dmin"));
     case T::Q2_K:
-      return halves({80, "d"}, {82, "dmin"});
+      return halves(GGUF_FIELD(BlockQ2_K, d, "d"), GGUF_FIELD(BlockQ2_K, dmin, "dmin"));
     case T::Q3_K:
-      return half({108, "d"});
+      return half(GGUF_FIELD(BlockQ3_K, d, "d"));
     case T::Q6_K:
-      return half({208, "d"});
+      return half(GGUF_FIELD(BlockQ6_K, d, "d"));
     case T::TQ1_0:
-      return half({52, "d"});
+      return half(GGUF_FIELD(BlockTq1_0, d, "d"));
     case T::TQ2_0:
-      return half({64, "d"});
+      return half(GGUF_FIELD(BlockTq2_0, d, "d"));
     case T::Q4_0:
+      return half(GGUF_FIELD(BlockQ4_0, d, "d"));
     case T::Q5_0:
+      return half(GGUF_FIELD(BlockQ5_0, d, "d"));
     case T::Q8_0:
+      return half(GGUF_FIELD(BlockQ8_0, d, "d"));
     case T::IQ2_XXS:
+      return half(GGUF_FIELD(BlockIq2Xxs, d, "d"));
     case T::IQ2_XS:
+      return half(GGUF_FIELD(BlockIq2Xs, d, "d"));
     case T::IQ2_S:
+      return half(GGUF_FIELD(BlockIq2S, d, "d"));
     case T::IQ3_XXS:
+      return half(GGUF_FIELD(BlockIq3Xxs, d, "d"));
     case T::IQ3_S:
+      return half(GGUF_FIELD(BlockIq3S, d, "d"));
     case T::IQ1_S:
+      return half(GGUF_FIELD(BlockIq1S, d, "d"));
     case T::IQ4_NL:
+      return half(GGUF_FIELD(BlockIq4Nl, d, "d"));
     case T::IQ4_XS:
+      return half(GGUF_FIELD(BlockIq4Xs, d, "d"));
     case T::Q1_0:
+      return half(GGUF_FIELD(BlockQ1_0, d, "d"));
     case T::Q2_0:
-      return half({0, "d"});
+      return half(GGUF_FIELD(BlockQ2_0, d, "d"));
     case T::Q8_K:
-      return {Scan::kQ8K, {{0, "d"}, {}}, 1};
+      return {Scan::kQ8K, {GGUF_FIELD(BlockQ8_K, d, "d"), {}}, 1};
     case T::IQ1_M:
-      return {Scan::kIQ1M, {{48, "scale"}, {}}, 1};
+      return {Scan::kIQ1M, {GGUF_FIELD(BlockIq1M, scales, "scale"), {}}, 1};
     case T::MXFP4:
-      return {Scan::kE8M0, {{0, "e"}, {}}, 1};
+      return {Scan::kE8M0, {GGUF_FIELD(BlockMxfp4, e, "e"), {}}, 1};
     default:
       return {};
   }
 }
+#undef GGUF_FIELD
 
 template <class W>
 W load(const uint8_t* p) {
@@ -100,9 +119,11 @@ W load(const uint8_t* p) {
   return w;
 }
 
-// iq1_m keeps its fp16 block scale in the top nibbles of the four u16 words at byte 48.
+// iq1_m keeps its fp16 block scale in the top nibbles of the four u16 words of its scales.
 uint16_t iq1m_scale(const uint8_t* block) {
-  const auto s = [&](int i) { return load<uint16_t>(block + 48 + 2 * i); };
+  const auto s = [&](int i) {
+    return load<uint16_t>(block + offsetof(detail::BlockIq1M, scales) + 2 * i);
+  };
   return static_cast<uint16_t>((s(0) >> 12) | ((s(1) >> 8) & 0x00F0) | ((s(2) >> 4) & 0x0F00) |
                                (s(3) & 0xF000));
 }
