@@ -193,6 +193,44 @@ TEST(inspect, cli_damaged_file_prints_what_it_read_then_fails) {
   EXPECT_NE(res.err.find("data runs past end of file"), std::string::npos) << res.err;
 }
 
+// inspect_path, the library's side of the flow above: a whole model is inspected; a damaged
+// file gives what could be read and the reader's error to fail with; a split set missing a
+// shard throws the model's error naming the shard.
+TEST(inspect, inspect_path_reports_a_damaged_file_in_part) {
+  TempDir dir;
+  const std::string path = write_model(dir, "m.gguf", small_spec());
+  const InspectedPath whole = inspect_path(path, {});
+  EXPECT_FALSE(whole.failure);
+  EXPECT_FALSE(whole.report.damage);
+  ASSERT_EQ(whole.files.size(), 1u);
+  EXPECT_EQ(whole.files[0]->path(), path);
+  const size_t tensors = whole.report.tensors.size();
+
+  std::filesystem::resize_file(path, std::filesystem::file_size(path) - 100);
+  const InspectedPath damaged = inspect_path(path, {});
+  ASSERT_TRUE(damaged.failure);
+  EXPECT_NE(std::string(damaged.failure->what()).find("data runs past end of file"),
+            std::string::npos)
+      << damaged.failure->what();
+  ASSERT_TRUE(damaged.report.damage);
+  EXPECT_GT(damaged.report.tensors.size(), 0u);
+  EXPECT_LE(damaged.report.tensors.size(), tensors);
+  ASSERT_EQ(damaged.files.size(), 1u);
+
+  write_model(dir, "s.gguf", small_spec(), 10);
+  std::vector<std::string> shards;
+  for (const auto& e : dir.entries())
+    if (e.starts_with("s-")) shards.push_back(e);
+  ASSERT_GE(shards.size(), 2u);
+  std::filesystem::remove(dir.file(shards[1]));
+  try {
+    inspect_path(dir.file(shards[0]), {});
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(shards[1]), std::string::npos) << e.what();
+  }
+}
+
 // Nothing of the file could be read: no made-up summary (version 0, alignment 32, empty
 // tables) before the error, and in JSON no version, alignment or bits per weight.
 TEST(inspect, cli_unreadable_header_prints_only_the_error) {
