@@ -15,6 +15,7 @@
 #include "gguf/base/error.h"
 #include "gguf/format/names.h"
 #include "gguf/ops/requant.h"
+#include "gguf/ops/requant_job.h"
 #include "gguf/ops/synth.h"
 #include "gguf/write/writer.h"
 #include "requant_fixture.h"
@@ -321,6 +322,36 @@ TEST(requant_rules, a_rule_that_decides_no_tensor_is_an_error) {
                          ": --tensor-type 'ffn_dwn=q2_K' decides no tensor's type: no tensor has a "
                          "name containing a match for 'ffn_dwn'\n");
   EXPECT_FALSE(std::filesystem::exists(dir.file("o.gguf")));
+}
+
+// parse_type_rules: a command line's per-tensor types in the order RequantOptions::rules tries
+// them (each kind as given; a --tensor-type-file's rules where the file option stands).
+TEST(requant_rules, parse_type_rules_keeps_each_kind_in_command_line_order) {
+  TempDir dir;
+  const std::string file = dir.file("rules.txt");
+  std::ofstream(file) << "ffn_gate=q4_0 # a comment\nffn_up=q5_0\n";
+  RuleArgs a;
+  a.leave_output = true;
+  a.embedding_type = "q8_0";
+  a.tensor_types = {"attn=q5_1", "exps=q2_K"};
+  a.type_files = {file};
+  a.tensor_type_order = {"tensor-type", "tensor-type-file", "tensor-type"};
+  a.role_types = {"routed-down=q4_K"};
+  std::vector<std::string> got;
+  for (const TypeRule& r : parse_type_rules(a)) got.push_back(r.option + " " + r.value);
+  const std::string in_file = "--tensor-type-file " + file;
+  EXPECT_EQ(got, (std::vector<std::string>{"--leave-output-tensor ", "--token-embedding-type q8_0",
+                                           "--tensor-type attn=q5_1", in_file + ":1 ffn_gate=q4_0",
+                                           in_file + ":2 ffn_up=q5_0", "--tensor-type exps=q2_K",
+                                           "--role-type routed-down=q4_K"}));
+  a.output_type = "q8_0";
+  try {
+    parse_type_rules(a);
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), Error::Kind::kUsage);
+    EXPECT_STREQ(e.what(), "--leave-output-tensor and --output-tensor-type exclude each other");
+  }
 }
 
 TEST(requant_rules, bad_rules_are_usage_errors) {
