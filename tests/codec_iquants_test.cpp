@@ -360,6 +360,100 @@ TEST(codec_iquants, iq1_m_encode_matches_ggml) {
   GGUF_REQUIRE_GGML();
   check_encode_against_ggml(GgmlType::IQ1_M);
 }
+
+// IQ1_S and IQ1_M search their level splits 16 at a time in AVX-512 lanes where the CPU has it
+// (above); the portable searches give ggml's bytes too.
+TEST(codec_iquants, iq1_s_portable_encode_matches_ggml) {
+  GGUF_REQUIRE_GGML();
+  testing::PortableCodecs portable;
+  check_encode_against_ggml(GgmlType::IQ1_S);
+}
+TEST(codec_iquants, iq1_m_portable_encode_matches_ggml) {
+  GGUF_REQUIRE_GGML();
+  testing::PortableCodecs portable;
+  check_encode_against_ggml(GgmlType::IQ1_M);
+}
+
+// Both paths of a type give the same bytes on many rows (and NaN rows give the same error),
+// without ggml at hand.
+void expect_avx512_encode_equals_portable(GgmlType t, uint64_t seed) {
+  int64_t blocks = 0;
+  for (testing::Dist d : testing::all_dists()) {
+    for (int mode = 0; mode < 4; ++mode) {
+      const auto x = testing::make_rows(d, 16, 1024, ++seed);
+      std::vector<float> imp = testing::make_importance(1024, seed);
+      if (mode == 1) imp.assign(imp.size(), 1.0f);
+      if (mode == 2)
+        std::transform(x.begin(), x.begin() + 1024, imp.begin(), [](float v) { return v * v; });
+      if (mode == 3) {
+        if (requires_importance(t)) continue;
+        imp.clear();
+      }
+      std::vector<uint8_t> fast(*row_bytes(t, 1024) * 16), plain(fast.size());
+      quantize(t, x, 16, 1024, imp, fast);
+      {
+        testing::PortableCodecs portable;
+        quantize(t, x, 16, 1024, imp, plain);
+      }
+      ASSERT_EQ(fast, plain) << traits(t).name << ", " << testing::dist_name(d)
+                             << ", importance mode " << mode << testing::salt_note();
+      blocks += 64;
+    }
+  }
+  EXPECT_GT(blocks, 500);
+}
+
+// IQ2_XS, IQ2_S (19 trials, groups of 16) and IQ3_XXS, IQ3_S (31 and 19 trials, codes 0..7 in
+// groups of 4) run the AVX-512 sweep of IQ2_XXS where the CPU has it (above); their portable
+// sweeps give ggml's bytes too, and both paths the same bytes.
+TEST(codec_iquants, iq2_xs_portable_encode_matches_ggml) {
+  GGUF_REQUIRE_GGML();
+  testing::PortableCodecs portable;
+  check_encode_against_ggml(GgmlType::IQ2_XS);
+}
+TEST(codec_iquants, iq2_s_portable_encode_matches_ggml) {
+  GGUF_REQUIRE_GGML();
+  testing::PortableCodecs portable;
+  check_encode_against_ggml(GgmlType::IQ2_S);
+}
+
+TEST(codec_iquants, iq2_avx512_sweeps_equal_portable) {
+  if (!detail::codec_avx512()) GTEST_SKIP() << "no AVX-512 on this CPU, or GGUF_CODEC_SCALAR set";
+  expect_avx512_encode_equals_portable(GgmlType::IQ2_XS, 1300);
+  expect_avx512_encode_equals_portable(GgmlType::IQ2_S, 1400);
+}
+
+TEST(codec_iquants, iq3_xxs_portable_encode_matches_ggml) {
+  GGUF_REQUIRE_GGML();
+  testing::PortableCodecs portable;
+  check_encode_against_ggml(GgmlType::IQ3_XXS);
+}
+TEST(codec_iquants, iq3_s_portable_encode_matches_ggml) {
+  GGUF_REQUIRE_GGML();
+  testing::PortableCodecs portable;
+  check_encode_against_ggml(GgmlType::IQ3_S);
+}
+
+TEST(codec_iquants, iq3_avx512_sweeps_equal_portable) {
+  if (!detail::codec_avx512()) GTEST_SKIP() << "no AVX-512 on this CPU, or GGUF_CODEC_SCALAR set";
+  expect_avx512_encode_equals_portable(GgmlType::IQ3_XXS, 1500);
+  expect_avx512_encode_equals_portable(GgmlType::IQ3_S, 1600);
+}
+
+TEST(codec_iquants, iq1_avx512_splits_equal_portable) {
+  if (!detail::codec_avx512()) GTEST_SKIP() << "no AVX-512 on this CPU, or GGUF_CODEC_SCALAR set";
+  expect_avx512_encode_equals_portable(GgmlType::IQ1_S, 1100);
+  expect_avx512_encode_equals_portable(GgmlType::IQ1_M, 1200);
+}
+
+// IQ1_M's decoder has an AVX-512 twin too: both decode ggml's bytes and random bytes as ggml.
+TEST(codec_iquants, iq1_m_portable_decode_matches_ggml) {
+  GGUF_REQUIRE_GGML();
+  testing::PortableCodecs portable;
+  check_ggml_quantized(GgmlType::IQ1_M);
+  for (uint64_t seed = 1; seed <= 4; ++seed)
+    testing::check_decode_of_random_bytes(GgmlType::IQ1_M, 64, seed);
+}
 TEST(codec_iquants, iq2_xs_encode_matches_ggml) {
   GGUF_REQUIRE_GGML();
   check_encode_against_ggml(GgmlType::IQ2_XS);
@@ -428,34 +522,40 @@ bool ggml_aborts_on(GgmlType t, const std::vector<float>& x, int64_t nrows, int6
 TEST(codec_iquants, lattice_encoders_on_non_finite_or_huge_rows) {
   GGUF_REQUIRE_GGML();
   int refused = 0;
-  for (GgmlType t : {GgmlType::IQ1_S, GgmlType::IQ1_M, GgmlType::IQ2_XXS, GgmlType::IQ2_XS,
-                     GgmlType::IQ2_S, GgmlType::IQ3_XXS, GgmlType::IQ3_S}) {
-    // ggml builds its lattice tables on first use: once here, not in every child.
-    testing::expect_encode_matches_ggml(t, testing::make_rows(testing::Dist::kGaussian, 2, 256, 5),
-                                        2, 256, testing::make_importance(256, 5).data(), "clean");
-    for (float bad :
-         {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity(), -1e20f,
-          std::numeric_limits<float>::max()}) {
-      SCOPED_TRACE(fmt::format("{} with {}", traits(t).name, bad));
-      auto x = testing::make_rows(testing::Dist::kGaussian, 2, 256, 5);
-      x[40] = bad;
-      const auto imp = testing::make_importance(256, 5);
-      if (!ggml_aborts_on(t, x, 2, 256, imp.data())) {
-        testing::expect_encode_matches_ggml(t, x, 2, 256, imp.data(), "ggml returns");
-        continue;
-      }
-      ++refused;
-      std::vector<uint8_t> q(*row_bytes(t, 256) * 2);
-      try {
-        quantize(t, x, 2, 256, imp, q);
-        ADD_FAILURE() << "ggml aborts, we wrote bytes" << testing::salt_note();
-      } catch (const Error& e) {
-        EXPECT_NE(std::string(e.what()).find("finite"), std::string::npos)
-            << e.what() << testing::salt_note();
+  for (const bool portable : {false, true}) {
+    std::optional<testing::PortableCodecs> scope;  // both paths of the types that have two
+    if (portable) scope.emplace();
+    for (GgmlType t : {GgmlType::IQ1_S, GgmlType::IQ1_M, GgmlType::IQ2_XXS, GgmlType::IQ2_XS,
+                       GgmlType::IQ2_S, GgmlType::IQ3_XXS, GgmlType::IQ3_S}) {
+      // ggml builds its lattice tables on first use: once here, not in every child.
+      testing::expect_encode_matches_ggml(t,
+                                          testing::make_rows(testing::Dist::kGaussian, 2, 256, 5),
+                                          2, 256, testing::make_importance(256, 5).data(), "clean");
+      for (float bad :
+           {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity(), -1e20f,
+            std::numeric_limits<float>::max()}) {
+        SCOPED_TRACE(
+            fmt::format("{} with {}{}", traits(t).name, bad, portable ? ", portable" : ""));
+        auto x = testing::make_rows(testing::Dist::kGaussian, 2, 256, 5);
+        x[40] = bad;
+        const auto imp = testing::make_importance(256, 5);
+        if (!ggml_aborts_on(t, x, 2, 256, imp.data())) {
+          testing::expect_encode_matches_ggml(t, x, 2, 256, imp.data(), "ggml returns");
+          continue;
+        }
+        ++refused;
+        std::vector<uint8_t> q(*row_bytes(t, 256) * 2);
+        try {
+          quantize(t, x, 2, 256, imp, q);
+          ADD_FAILURE() << "ggml aborts, we wrote bytes" << testing::salt_note();
+        } catch (const Error& e) {
+          EXPECT_NE(std::string(e.what()).find("finite"), std::string::npos)
+              << e.what() << testing::salt_note();
+        }
       }
     }
   }
-  EXPECT_EQ(refused, 19) << testing::salt_note();  // the child-process probe itself works
+  EXPECT_EQ(refused, 2 * 19) << testing::salt_note();  // the child-process probe itself works
 }
 
 TEST(codec_iquants, iq2_xxs_encode_needs_importance_and_whole_blocks) {

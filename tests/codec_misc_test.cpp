@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstring>
 #include <iterator>
+#include <optional>
 #include <random>
 #include <vector>
 
@@ -310,6 +311,71 @@ TEST(codec_misc, encodes_special_values_like_ggml) {
       testing::expect_encode_matches_ggml(t, rows, 64, 256, nullptr,
                                           "special values seed " + std::to_string(seed));
     }
+}
+
+// MXFP4's encoder has an AVX-512 kernel (the nearest FP4 level of 16 values in lanes) and a
+// portable twin: both give ggml's bytes, on gaussian-like rows, on the special values above and
+// on values at exactly half a level step (where the comparisons decide), and each other's.
+std::vector<float> mxfp4_halfway_rows(int64_t blocks, uint64_t seed) {
+  std::mt19937_64 rng(testing::salted(seed));
+  const float mids[] = {0.25f, 0.75f, 1.25f, 1.75f, 2.5f, 3.5f, 5.0f};  // between E2M1 levels
+  std::vector<float> x(static_cast<size_t>(32 * blocks));
+  for (int64_t b = 0; b < blocks; ++b) {
+    const int e = static_cast<int>(rng() % 40) - 20;
+    for (int j = 0; j < 32; ++j) {
+      float v = std::ldexp(mids[rng() % std::size(mids)], e);
+      const int nudge = static_cast<int>(rng() % 3) - 1;
+      if (nudge != 0) v = std::nextafter(v, nudge * INFINITY);
+      x[static_cast<size_t>(32 * b + j)] = rng() % 2 ? v : -v;
+    }
+    x[static_cast<size_t>(32 * b + static_cast<int64_t>(rng() % 32))] = std::ldexp(6.0f, e);
+  }
+  return x;
+}
+
+TEST(codec_misc, mxfp4_encoders_match_ggml_on_both_paths) {
+  GGUF_REQUIRE_GGML();
+  for (const bool portable : {false, true}) {
+    std::optional<testing::PortableCodecs> scope;
+    if (portable) scope.emplace();
+    const std::string path = portable ? "portable" : "default";
+    uint64_t seed = 700;
+    for (const auto d : testing::all_dists()) {
+      const auto rows = testing::make_rows(d, 8, 1024, ++seed);
+      testing::expect_encode_matches_ggml(GgmlType::MXFP4, rows, 8, 1024, nullptr,
+                                          path + ", " + testing::dist_name(d));
+    }
+    for (uint64_t s = 1; s <= 6; ++s)
+      testing::expect_encode_matches_ggml(GgmlType::MXFP4, special_rows(64, 256, 900 + s), 64, 256,
+                                          nullptr, path + ", special values");
+    testing::expect_encode_matches_ggml(GgmlType::MXFP4, mxfp4_halfway_rows(512, 17), 64, 256,
+                                        nullptr, path + ", halfway values");
+  }
+}
+
+TEST(codec_misc, mxfp4_avx512_encoder_equals_portable) {
+  if (!detail::codec_avx512()) GTEST_SKIP() << "no AVX-512 on this CPU, or GGUF_CODEC_SCALAR set";
+  uint64_t seed = 800;
+  int64_t blocks = 0;
+  std::vector<std::vector<float>> inputs;
+  for (const auto d : testing::all_dists())
+    inputs.push_back(testing::make_rows(d, 16, 1024, ++seed));
+  for (uint64_t s = 1; s <= 4; ++s) inputs.push_back(special_rows(64, 256, 950 + s));
+  inputs.push_back(mxfp4_halfway_rows(1024, 23));
+  for (size_t k = 0; k < inputs.size(); ++k) {
+    const auto& x = inputs[k];
+    const int64_t n = static_cast<int64_t>(x.size());
+    std::vector<uint8_t> fast(*row_bytes(GgmlType::MXFP4, static_cast<uint64_t>(n))),
+        plain(fast.size());
+    quantize(GgmlType::MXFP4, x, 1, n, {}, fast);
+    {
+      testing::PortableCodecs portable;
+      quantize(GgmlType::MXFP4, x, 1, n, {}, plain);
+    }
+    ASSERT_EQ(fast, plain) << "input " << k << testing::salt_note();
+    blocks += n / 32;
+  }
+  EXPECT_GT(blocks, 5000);
 }
 
 }  // namespace

@@ -1,5 +1,9 @@
 // Codecs of the i-quant family (IQ1_S .. IQ4_XS): lattice-grid and non-linear 4-bit formats.
 // Decoders reproduce ggml's dequantize_row_iq* bit for bit, including the order of float ops.
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
 #include <bit>
 #include <cstring>
 
@@ -8,6 +12,7 @@
 #include "codecs/codec_iquants_encode.h"
 #include "codecs/codec_kquants_common.h"
 #include "codecs/codec_registry.h"
+#include "codecs/codec_simd.h"
 #include "gguf/base/fp16.h"
 
 namespace gguf::detail {
@@ -154,15 +159,50 @@ GGUF_DECODE_CLONES void decode_iq1_s(const uint8_t* src, float* y, int64_t n) {
   }
 }
 
-GGUF_DECODE_CLONES void decode_iq1_m(const uint8_t* src, float* y, int64_t n) {
+// The fp16 super-block scale of an IQ1_M block, spread over the top nibbles of its four scale
+// words.
+float iq1_m_scale(const uint16_t (&sc)[4]) {
+  return fp16_to_fp32(static_cast<uint16_t>((sc[0] >> 12) | ((sc[1] >> 8) & 0x00f0) |
+                                            ((sc[2] >> 4) & 0x0f00) | (sc[3] & 0xf000)));
+}
+
+#if defined(__x86_64__)
+GGUF_AVX512_WARNINGS_OFF
+// IQ1_M with AVX-512: the 16 values of one scale (two grid points) per register, each value
+// computed as the portable decoder computes it, scale * (level + delta).
+GGUF_CODEC_AVX512 void decode_iq1_m_avx512(const uint8_t* src, float* y, int64_t n) {
   for (int64_t i = 0; i < n / kQK; ++i) {
     const auto b = load_block<BlockIq1M>(src, i);
     uint16_t sc[4];
     for (int k = 0; k < 4; ++k) sc[k] = read_u16(b.scales + 2 * k);
-    // The fp16 super-block scale is spread over the top nibbles of the four scale words.
-    const uint16_t d16 = static_cast<uint16_t>((sc[0] >> 12) | ((sc[1] >> 8) & 0x00f0) |
-                                               ((sc[2] >> 4) & 0x0f00) | (sc[3] & 0xf000));
-    const float d = fp16_to_fp32(d16);
+    const float d = iq1_m_scale(sc);
+    for (int ib = 0; ib < 8; ++ib) {
+      const unsigned word = sc[ib / 2] >> (6 * (ib % 2));
+      for (int half = 0; half < 2; ++half, y += 16) {
+        const float dl = d * static_cast<float>(2 * ((word >> (3 * half)) & 7) + 1);
+        const unsigned h = b.qh[2 * ib + half];
+        const uint8_t* qs = b.qs + 4 * ib + 2 * half;
+        const __m128i points =
+            _mm_set_epi64x(static_cast<int64_t>(iq::kIq1SGrid[qs[1] | (((h >> 4) & 7u) << 8)]),
+                           static_cast<int64_t>(iq::kIq1SGrid[qs[0] | ((h & 7u) << 8)]));
+        const __m512 delta =
+            _mm512_mask_blend_ps(0xFF00, _mm512_set1_ps((h & 8) ? -iq::kIq1Delta : iq::kIq1Delta),
+                                 _mm512_set1_ps((h & 0x80) ? -iq::kIq1Delta : iq::kIq1Delta));
+        const __m512 level = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(points));
+        _mm512_storeu_ps(y, _mm512_mul_ps(_mm512_set1_ps(dl), _mm512_add_ps(level, delta)));
+      }
+    }
+  }
+}
+GGUF_AVX512_WARNINGS_ON
+#endif
+
+GGUF_DECODE_CLONES void decode_iq1_m_portable(const uint8_t* src, float* y, int64_t n) {
+  for (int64_t i = 0; i < n / kQK; ++i) {
+    const auto b = load_block<BlockIq1M>(src, i);
+    uint16_t sc[4];
+    for (int k = 0; k < 4; ++k) sc[k] = read_u16(b.scales + 2 * k);
+    const float d = iq1_m_scale(sc);
     for (int ib = 0; ib < 8; ++ib) {
       const unsigned word = sc[ib / 2] >> (6 * (ib % 2));
       const float dl[2] = {d * static_cast<float>(2 * (word & 7) + 1),
@@ -179,6 +219,13 @@ GGUF_DECODE_CLONES void decode_iq1_m(const uint8_t* src, float* y, int64_t n) {
       }
     }
   }
+}
+
+void decode_iq1_m(const uint8_t* src, float* y, int64_t n) {
+#if defined(__x86_64__)
+  if (codec_avx512()) return decode_iq1_m_avx512(src, y, n);
+#endif
+  decode_iq1_m_portable(src, y, n);
 }
 
 void decode_iq4_nl(const uint8_t* src, float* y, int64_t n) {

@@ -1,14 +1,14 @@
 // IQ1_S and IQ1_M encoders, byte-identical with ggml's quantize_iq1_s / quantize_iq1_m: three
 // levels per group by an exhaustive search over the sorted values (see codec_iquants_lattice.h).
+#include "codecs/codec_iq1_split.h"
 #include "codecs/codec_iquants_encode.h"
 #include "codecs/codec_iquants_lattice.h"
+#include "codecs/codec_simd.h"
 
 namespace gguf::detail::iq {
 namespace {
 
 // ---- IQ1_S / IQ1_M: 8 values of -1, 0, +1 on a 2048-point grid, shifted by +-1/8 ----
-
-constexpr float kIq1Delta8 = 0.125f;
 
 // ggml's iq1_find_best_neighbour2: the neighbour whose levels xg (per code) at scale best fit
 // the signed values x under weight; writes its codes to L.
@@ -47,9 +47,10 @@ void sorted_order(const float* xb, int* idx) {
 // 3-bit index highs, a 3-bit scale and the shift sign. Importance required.
 void encode_iq1_s_row(const float* x, uint8_t* dst, int64_t n, const float* qw) {
   const Lattice& lat = iq1_lattice();
+  const bool avx512 = codec_avx512();
   constexpr int kBs = 32;
-  const float x_p[3] = {-1 + kIq1Delta8, kIq1Delta8, 1 + kIq1Delta8};
-  const float x_m[3] = {-1 - kIq1Delta8, -kIq1Delta8, 1 - kIq1Delta8};
+  const float* x_p = kIq1Levels[0];
+  const float* x_m = kIq1Levels[1];
   for (int64_t ibl = 0; ibl < n / kQK; ++ibl, dst += 50) {
     std::memset(dst, 0, 50);
     uint8_t* qs = dst + 2;
@@ -83,36 +84,15 @@ void encode_iq1_s_row(const float* x, uint8_t* dst, int64_t n, const float* qw) 
         sumx[j + 1] = sumx[j] + weight[i] * xb[i];
         sumw[j + 1] = sumw[j] + weight[i];
       }
-      float best_score = -FLT_MAX, scale = max;
-      int besti1 = -1, besti2 = -1, best_shift = 0;
-      // The terms of the first level do not depend on i2: hoisted (same products, same sums).
-      for (int i1 = 0; i1 <= kBs; ++i1) {
-        const float ax = sumx[i1] - sumx[0], aw = sumw[i1] - sumw[0];
-        const float px0 = ax * x_p[0], pw0 = aw * x_p[0] * x_p[0];
-        const float mx0 = ax * x_m[0], mw0 = aw * x_m[0] * x_m[0];
-        for (int i2 = i1; i2 <= kBs; ++i2) {
-          const float bx = sumx[i2] - sumx[i1], cx = sumx[kBs] - sumx[i2];
-          const float bw = sumw[i2] - sumw[i1], cw = sumw[kBs] - sumw[i2];
-          float sumqx = px0 + bx * x_p[1] + cx * x_p[2];
-          float sumq2 = pw0 + bw * x_p[1] * x_p[1] + cw * x_p[2] * x_p[2];
-          if (sumq2 > 0 && sumqx * sumqx > best_score * sumq2) {
-            scale = sumqx / sumq2;
-            best_score = scale * sumqx;
-            besti1 = i1;
-            besti2 = i2;
-            best_shift = 1;
-          }
-          sumqx = mx0 + bx * x_m[1] + cx * x_m[2];
-          sumq2 = mw0 + bw * x_m[1] * x_m[1] + cw * x_m[2] * x_m[2];
-          if (sumq2 > 0 && sumqx * sumqx > best_score * sumq2) {
-            scale = sumqx / sumq2;
-            best_score = scale * sumqx;
-            besti1 = i1;
-            besti2 = i2;
-            best_shift = -1;
-          }
-        }
-      }
+      Iq1Split split;
+      split.scale = max;
+      if (avx512)
+        iq1_s_split_avx512(sumx, sumw, split);
+      else
+        iq1_s_split(sumx, sumw, split);
+      float scale = split.scale;
+      const int besti1 = split.i1, besti2 = split.i2;
+      int best_shift = split.shift;
       if (besti1 < 0 || besti2 < 0 || best_shift == 0) {
         scales[ib] = 0;
         shifts[ib] = 1;
@@ -186,9 +166,10 @@ void encode_iq1_s_row(const float* x, uint8_t* dst, int64_t n, const float* qw) 
 // the fp16 super-block scale. Importance optional.
 void encode_iq1_m_row(const float* x, uint8_t* dst, int64_t n, const float* qw) {
   const Lattice& lat = iq1_lattice();
+  const bool avx512 = codec_avx512();
   constexpr int kBs = 16;
-  const float x_p[3] = {-1 + kIq1Delta8, kIq1Delta8, 1 + kIq1Delta8};
-  const float x_m[3] = {-1 - kIq1Delta8, -kIq1Delta8, 1 - kIq1Delta8};
+  const float* x_p = kIq1Levels[0];
+  const float* x_m = kIq1Levels[1];
   const uint8_t masks[4] = {0x00, 0x80, 0x08, 0x88};
   // Levels of the two groups of 8 for each of the 4 shift combinations (+,+ +,- -,+ -,-).
   const auto levels = [&](int k, int half) { return (half == 0 ? k < 2 : k % 2 == 0) ? x_p : x_m; };
@@ -225,33 +206,27 @@ void encode_iq1_m_row(const float* x, uint8_t* dst, int64_t n, const float* qw) 
       }
       int idx[kBs];
       sorted_order<kBs>(xb, idx);
-      float best_score = -FLT_MAX, scale = max;
-      int besti1 = -1, besti2 = -1, best_k = -1;
-      for (int i1 = 0; i1 <= kBs; ++i1) {
-        for (int i2 = i1; i2 <= kBs; ++i2) {
-          float sumqx[4], sumq2[4];
-          for (int k = 0; k < 4; ++k) {
-            float sx = 0, s2 = 0;
-            for (int j = 0; j < kBs; ++j) {
-              const int i = idx[j];
-              const float xl = levels(k, i < kBs / 2 ? 0 : 1)[j < i1 ? 0 : j < i2 ? 1 : 2];
-              sx += weight[i] * xl * xb[i];
-              s2 += weight[i] * xl * xl;
-            }
-            sumqx[k] = sx;
-            sumq2[k] = s2;
+      Iq1mTerms terms;
+      for (int j = 0; j < kBs; ++j) {
+        const int i = idx[j];
+        terms.upper[j] = i >= kBs / 2;
+        for (int sh = 0; sh < 2; ++sh)
+          for (int c = 0; c < 3; ++c) {
+            const float xl = kIq1Levels[sh][c];
+            terms.x[j][sh][c] = weight[i] * xl * xb[i];
+            terms.q2[j][sh][c] = weight[i] * xl * xl;
           }
-          for (int k = 0; k < 4; ++k) {
-            if (sumq2[k] > 0 && sumqx[k] * sumqx[k] > best_score * sumq2[k]) {
-              scale = sumqx[k] / sumq2[k];
-              best_score = scale * sumqx[k];
-              besti1 = i1;
-              besti2 = i2;
-              best_k = k;
-            }
-          }
-        }
       }
+      Iq1Split split;
+      split.scale = max;
+      split.shift = -1;
+      if (avx512)
+        iq1_m_split_avx512(terms, split);
+      else
+        iq1_m_split(terms, split);
+      float scale = split.scale;
+      const int besti1 = split.i1, besti2 = split.i2;
+      int best_k = split.shift;
       if (besti1 < 0 || besti2 < 0 || best_k < 0) {
         scales[ib] = 0;
         shifts[ib] = 0;

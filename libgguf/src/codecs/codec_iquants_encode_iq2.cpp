@@ -1,28 +1,23 @@
 // IQ2_XXS, IQ2_XS and IQ2_S encoders, byte-identical with ggml's quantize_iq2_*: groups of 8
 // magnitudes on a lattice, a scale sweep per group (see codec_iquants_lattice.h).
-#include "codecs/codec_iq2_sweep.h"
 #include "codecs/codec_iquants_encode.h"
 #include "codecs/codec_iquants_lattice.h"
+#include "codecs/codec_lattice_sweep.h"
 #include "codecs/codec_simd.h"
 
 namespace gguf::detail::iq {
 namespace {
 
-// The IQ2_XXS lattice for the AVX-512 sweep: its neighbour lists hold tuples, not grid indices.
-const Iq2SweepLattice& iq2_xxs_sweep_lattice() {
-  static const Iq2SweepLattice sweep = [] {
-    const Lattice& lat = iq2_xxs_lattice();
-    Iq2SweepLattice out;
-    out.map = lat.map.data();
-    out.lists = lat.neighbours;
-    for (size_t start = 0; start < out.lists.size(); start += out.lists[start] + 1u)
-      for (size_t j = start + 1; j <= start + out.lists[start]; ++j) {
-        int tuple = 0;
-        for (int i = 0; i < 8; ++i) tuple |= ((lat.points[out.lists[j]][i] - 1) / 2) << (2 * i);
-        out.lists[j] = static_cast<uint16_t>(tuple);
-      }
-    return out;
-  }();
+const SweepLattice& iq2_xxs_sweep_lattice() {
+  static const SweepLattice sweep = sweep_lattice(iq2_xxs_lattice(), 2);
+  return sweep;
+}
+const SweepLattice& iq2_xs_sweep_lattice() {
+  static const SweepLattice sweep = sweep_lattice(iq2_xs_lattice(), 2);
+  return sweep;
+}
+const SweepLattice& iq2_s_sweep_lattice() {
+  static const SweepLattice sweep = sweep_lattice(iq2_s_lattice(), 2);
   return sweep;
 }
 
@@ -59,7 +54,8 @@ void encode_iq2_xxs_row(const float* x, uint8_t* dst, int64_t n, const float* qw
         continue;
       }
       if (avx512) {
-        iq2_xxs_sweep_avx512(iq2_xxs_sweep_lattice(), xval, waux, weight, eff_max, scale, L);
+        const Sweep sweep{32, -6, 6, 0.1f, eff_max, Refit::kAlways};
+        iq2_sweep_avx512(iq2_xxs_sweep_lattice(), sweep, xval, waux, weight, scale, L);
       } else {
         bool on_grid[4] = {false, false, false, false};  // ggml refits every group, always
         sweep_scales<8, 2, kMaxQ>(lat, 32, xval, waux, weight, -6, 6, 2 * kMaxQ - 1, 0.1f, eff_max,
@@ -106,6 +102,7 @@ void encode_iq2_xxs_row(const float* x, uint8_t* dst, int64_t n, const float* qw
 template <bool kS>
 void encode_iq2_xs_s_row(const float* x, uint8_t* dst, int64_t n, const float* qw) {
   const Lattice& lat = kS ? iq2_s_lattice() : iq2_xs_lattice();
+  const bool avx512 = codec_avx512();
   constexpr int kMaxQ = 3;
   constexpr int kBytes = kS ? 82 : 74;
   constexpr float kEps = kS ? 1e-8f : kGroupMaxEps;
@@ -156,9 +153,15 @@ void encode_iq2_xs_s_row(const float* x, uint8_t* dst, int64_t n, const float* q
         continue;
       }
       float scale = max / (2 * kMaxQ - 1);
-      sweep_scales<8, 2, kMaxQ>(lat, 16, xval, waux, weight, -9, 9, 2 * kMaxQ - 1, 0.1f, max, scale,
-                                L, on_grid);
-      refit_off_grid<8, 2, kMaxQ>(lat, 16, xval, waux, weight, false, scale, L, on_grid);
+      if (avx512) {
+        const Sweep sweep{16, -9, 9, 0.1f, max, Refit::kOffGridGroups};
+        iq2_sweep_avx512(kS ? iq2_s_sweep_lattice() : iq2_xs_sweep_lattice(), sweep, xval, waux,
+                         weight, scale, L);
+      } else {
+        sweep_scales<8, 2, kMaxQ>(lat, 16, xval, waux, weight, -9, 9, 2 * kMaxQ - 1, 0.1f, max,
+                                  scale, L, on_grid);
+        refit_off_grid<8, 2, kMaxQ>(lat, 16, xval, waux, weight, false, scale, L, on_grid);
+      }
       if (scale < 0) {
         scale = -scale;
         for (int k = 0; k < 2; ++k)

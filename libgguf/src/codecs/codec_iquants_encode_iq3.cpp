@@ -2,6 +2,7 @@
 // magnitudes on a lattice, a scale sweep per 32 values (see codec_iquants_lattice.h).
 #include "codecs/codec_iquants_encode.h"
 #include "codecs/codec_iquants_lattice.h"
+#include "codecs/codec_simd.h"
 
 namespace gguf::detail::iq {
 namespace {
@@ -11,10 +12,20 @@ namespace {
 
 constexpr float kGroupMaxEpsIq3Xxs = 1e-8f;
 
+const SweepLattice& iq3_xxs_sweep_lattice() {
+  static const SweepLattice sweep = sweep_lattice(iq3_xxs_lattice(), 3);
+  return sweep;
+}
+const SweepLattice& iq3_s_sweep_lattice() {
+  static const SweepLattice sweep = sweep_lattice(iq3_s_lattice(), 3);
+  return sweep;
+}
+
 // ggml's quantize_row_iq3_xxs_impl(256, ...): 98-byte blocks of 64 grid indices, then per 32
 // values a u32 of four 7-bit sign groups and the 4-bit scale.
 void encode_iq3_xxs_row(const float* x, uint8_t* dst, int64_t n, const float* qw) {
   const Lattice& lat = iq3_xxs_lattice();
+  const bool avx512 = codec_avx512();
   constexpr int kMaxQ = 8;
   for (int64_t ibl = 0; ibl < n / kQK; ++ibl, dst += 98) {
     const float* xbl = x + kQK * ibl;
@@ -40,10 +51,15 @@ void encode_iq3_xxs_row(const float* x, uint8_t* dst, int64_t n, const float* qw
         continue;
       }
       float scale = max / (2 * kMaxQ - 1);
-      std::fill(on_grid, on_grid + 8, true);
-      sweep_scales<4, 3, kMaxQ>(lat, 32, xval, waux, weight, -15, 15, 2 * kMaxQ - 1, 0.2f, max,
-                                scale, L, on_grid);
-      refit_off_grid<4, 3, kMaxQ>(lat, 32, xval, waux, weight, false, scale, L, on_grid);
+      if (avx512) {
+        const Sweep sweep{32, -15, 15, 0.2f, max, Refit::kOffGridGroups};
+        iq3_sweep_avx512(iq3_xxs_sweep_lattice(), sweep, xval, waux, weight, scale, L);
+      } else {
+        std::fill(on_grid, on_grid + 8, true);
+        sweep_scales<4, 3, kMaxQ>(lat, 32, xval, waux, weight, -15, 15, 2 * kMaxQ - 1, 0.2f, max,
+                                  scale, L, on_grid);
+        refit_off_grid<4, 3, kMaxQ>(lat, 32, xval, waux, weight, false, scale, L, on_grid);
+      }
       if (scale < 0) {
         scale = -scale;
         for (int k = 0; k < 4; ++k) block_signs[k] = static_cast<uint8_t>(~block_signs[k] & 127);
@@ -80,6 +96,7 @@ void encode_iq3_xxs_row(const float* x, uint8_t* dst, int64_t n, const float* qw
 // stored. As in ggml, an all-zero group of 32 does not advance the index and sign positions.
 void encode_iq3_s_row(const float* x, uint8_t* dst, int64_t n, const float* qw) {
   const Lattice& lat = iq3_s_lattice();
+  const bool avx512 = codec_avx512();
   constexpr int kMaxQ = 8;
   for (int64_t ibl = 0; ibl < n / kQK; ++ibl, dst += 110) {
     std::memset(dst, 0, 110);
@@ -119,9 +136,14 @@ void encode_iq3_s_row(const float* x, uint8_t* dst, int64_t n, const float* qw) 
         continue;
       }
       float scale = max / (2 * kMaxQ - 1);
-      sweep_scales<4, 3, kMaxQ>(lat, 32, xval, waux, weight, -9, 9, 2 * kMaxQ - 1, 0.2f, max, scale,
-                                L, on_grid);
-      refit_off_grid<4, 3, kMaxQ>(lat, 32, xval, waux, weight, true, scale, L, on_grid);
+      if (avx512) {
+        const Sweep sweep{32, -9, 9, 0.2f, max, Refit::kAllWhenAnyOff};
+        iq3_sweep_avx512(iq3_s_sweep_lattice(), sweep, xval, waux, weight, scale, L);
+      } else {
+        sweep_scales<4, 3, kMaxQ>(lat, 32, xval, waux, weight, -9, 9, 2 * kMaxQ - 1, 0.2f, max,
+                                  scale, L, on_grid);
+        refit_off_grid<4, 3, kMaxQ>(lat, 32, xval, waux, weight, true, scale, L, on_grid);
+      }
       if (scale < 0) {
         scale = -scale;
         for (int k = 0; k < 4; ++k) block_signs[k] = static_cast<uint8_t>(~block_signs[k]);

@@ -119,4 +119,18 @@ const Lattice& iq3_s_lattice() {
   return lat;
 }
 
+SweepLattice sweep_lattice(const Lattice& lat, int bits) {
+  SweepLattice out;
+  out.map = lat.map.data();
+  out.lists = lat.neighbours;
+  for (size_t start = 0; start < out.lists.size(); start += out.lists[start] + 1u)
+    for (size_t j = start + 1; j <= start + out.lists[start]; ++j) {
+      int tuple = 0;
+      for (int i = 0; i < lat.dim; ++i)
+        tuple |= ((lat.points[out.lists[j]][i] - 1) / 2) << (bits * i);
+      out.lists[j] = static_cast<uint16_t>(tuple);
+    }
+  return out;
+}
+
 }  // namespace gguf::detail::iq

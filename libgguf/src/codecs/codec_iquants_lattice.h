@@ -28,6 +28,7 @@
 
 #include "codecs/codec_iquant_tables.h"
 #include "codecs/codec_kquants_common.h"
+#include "codecs/codec_lattice_sweep.h"
 #include "gguf/base/error.h"
 #include "gguf/base/fp16.h"
 
@@ -65,6 +66,10 @@ const Lattice& iq2_s_lattice();
 const Lattice& iq1_lattice();  // IQ1: 8 signed values -1, 0, 1 (codes 0, 1, 2), two bits per code
 const Lattice& iq3_xxs_lattice();
 const Lattice& iq3_s_lattice();
+
+// A grid as the AVX-512 sweep reads it (codes of bits each): its neighbour lists hold tuples of
+// codes, not grid indices.
+SweepLattice sweep_lattice(const Lattice& lat, int bits);
 
 // codes to L and returns its grid index. Candidates are scored in batches of 8, one per lane,
 // each summing its Dim terms in ggml's order; the first of equal scores wins, as in ggml's scan.
