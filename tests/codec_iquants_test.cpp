@@ -446,13 +446,24 @@ TEST(codec_iquants, iq1_avx512_splits_equal_portable) {
   expect_avx512_encode_equals_portable(GgmlType::IQ1_M, 1200);
 }
 
-// IQ1_M's decoder has an AVX-512 twin too: both decode ggml's bytes and random bytes as ggml.
-TEST(codec_iquants, iq1_m_portable_decode_matches_ggml) {
+// The lattice decoders (IQ1_M, IQ2_*, IQ3_*) have AVX-512 twins too: the portable ones decode
+// encoded rows (ggml's bytes, as the tests above hold; encoding them here spares building
+// ggml's grids) and random bytes as ggml does (the default ones are checked above).
+TEST(codec_iquants, portable_lattice_decoders_match_ggml) {
   GGUF_REQUIRE_GGML();
   testing::PortableCodecs portable;
-  check_ggml_quantized(GgmlType::IQ1_M);
-  for (uint64_t seed = 1; seed <= 4; ++seed)
-    testing::check_decode_of_random_bytes(GgmlType::IQ1_M, 64, seed);
+  uint64_t seed = 1700;
+  for (const auto t : {GgmlType::IQ1_M, GgmlType::IQ2_XXS, GgmlType::IQ2_XS, GgmlType::IQ2_S,
+                       GgmlType::IQ3_XXS, GgmlType::IQ3_S}) {
+    for (const auto d : testing::all_dists()) {
+      const auto x = testing::make_rows(d, 4, 1024, ++seed);
+      const auto imp = testing::make_importance(1024, seed);
+      std::vector<uint8_t> q(*row_bytes(t, 1024) * 4);
+      quantize(t, x, 4, 1024, imp, q);
+      testing::expect_decode_matches_ggml(t, q, 4 * 1024, testing::dist_name(d));
+    }
+    for (uint64_t r = 1; r <= 4; ++r) testing::check_decode_of_random_bytes(t, 64, r);
+  }
 }
 TEST(codec_iquants, iq2_xs_encode_matches_ggml) {
   GGUF_REQUIRE_GGML();

@@ -50,92 +50,161 @@ inline uint16_t read_u16(const uint8_t* p) {
   return v;
 }
 
+// The sign-magnitude lattice decoders (IQ2_*, IQ3_*) in two steps: a block's bytes unpack into
+// 16 runs of 16 values, each two grid points (8 magnitude bytes each), 16 sign bits and a scale;
+// the runs are then written out, portably or 16 values per AVX-512 register (the same multiply
+// and negation per value).
+struct Run16 {
+  uint64_t point[2];
+  uint32_t signs;
+  float scale;
+};
+
+void emit_runs_portable(const Run16* runs, float* y) {
+  for (int r = 0; r < 16; ++r)
+    for (int m = 0; m < 2; ++m)
+      for (int j = 0; j < 8; ++j)
+        *y++ = scaled(runs[r].scale, iq::grid_byte(runs[r].point[m], j),
+                      static_cast<uint8_t>(runs[r].signs >> (8 * m)), j);
+}
+
+#if defined(__x86_64__)
+GGUF_AVX512_WARNINGS_OFF
+GGUF_CODEC_AVX512 void emit_runs_avx512(const Run16* runs, float* y) {
+  for (int r = 0; r < 16; ++r, y += 16) {
+    const __m128i points = _mm_set_epi64x(static_cast<int64_t>(runs[r].point[1]),
+                                          static_cast<int64_t>(runs[r].point[0]));
+    const __m512 v = _mm512_mul_ps(_mm512_set1_ps(runs[r].scale),
+                                   _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(points)));
+    _mm512_storeu_ps(
+        y, _mm512_mask_xor_ps(v, static_cast<__mmask16>(runs[r].signs), v, _mm512_set1_ps(-0.0f)));
+  }
+}
+GGUF_AVX512_WARNINGS_ON
+#endif
+
+// Unpacks each block of n values with unpack(block index, runs) and writes its 256 values.
+template <class Unpack>
+void decode_runs(float* y, int64_t n, Unpack unpack) {
+  const bool avx512 = codec_avx512();
+  for (int64_t i = 0; i < n / kQK; ++i, y += kQK) {
+    Run16 runs[16];
+    unpack(i, runs);
+#if defined(__x86_64__)
+    if (avx512) {
+      emit_runs_avx512(runs, y);
+      continue;
+    }
+#endif
+    emit_runs_portable(runs, y);
+  }
+}
+
 void decode_iq2_xxs(const uint8_t* src, float* y, int64_t n) {
-  for (int64_t i = 0; i < n / kQK; ++i) {
+  decode_runs(y, n, [src](int64_t i, Run16* runs) {
     const auto b = load_block<BlockIq2Xxs>(src, i);
     const float d = fp16_to_fp32(b.d);
     for (int ib = 0; ib < 8; ++ib) {
       const uint8_t* q = b.qs + 8 * ib;
       const uint32_t meta = read_u32(q + 4);
       const float db = d * (0.5f + static_cast<float>(meta >> 28)) * 0.25f;
-      for (int l = 0; l < 4; ++l) {
-        const uint64_t point = iq::kIq2XxsGrid[q[l]];
-        const uint8_t signs = iq::kSignsIq2[(meta >> (7 * l)) & 127];
-        for (int j = 0; j < 8; ++j) *y++ = scaled(db, iq::grid_byte(point, j), signs, j);
+      for (int h = 0; h < 2; ++h) {
+        Run16& r = runs[2 * ib + h];
+        r.scale = db;
+        r.signs = 0;
+        for (int m = 0; m < 2; ++m) {
+          const int l = 2 * h + m;
+          r.point[m] = iq::kIq2XxsGrid[q[l]];
+          r.signs |= static_cast<uint32_t>(iq::kSignsIq2[(meta >> (7 * l)) & 127]) << (8 * m);
+        }
       }
     }
-  }
+  });
 }
 
+// IQ2_XS and IQ2_S: a scale per 16 values (one run).
 void decode_iq2_xs(const uint8_t* src, float* y, int64_t n) {
-  for (int64_t i = 0; i < n / kQK; ++i) {
+  decode_runs(y, n, [src](int64_t i, Run16* runs) {
     const auto b = load_block<BlockIq2Xs>(src, i);
     const float d = fp16_to_fp32(b.d);
-    for (int ib = 0; ib < 8; ++ib) {
-      const float db[2] = {d * (0.5f + static_cast<float>(b.scales[ib] & 0xf)) * 0.25f,
-                           d * (0.5f + static_cast<float>(b.scales[ib] >> 4)) * 0.25f};
-      for (int l = 0; l < 4; ++l) {
-        const uint16_t code = b.qs[4 * ib + l];
-        const uint64_t point = iq::kIq2XsGrid[code & 511];
-        const uint8_t signs = iq::kSignsIq2[code >> 9];
-        for (int j = 0; j < 8; ++j) *y++ = scaled(db[l / 2], iq::grid_byte(point, j), signs, j);
+    for (int ib = 0; ib < 8; ++ib)
+      for (int h = 0; h < 2; ++h) {
+        Run16& r = runs[2 * ib + h];
+        r.scale = d * (0.5f + static_cast<float>((b.scales[ib] >> (4 * h)) & 0xf)) * 0.25f;
+        r.signs = 0;
+        for (int m = 0; m < 2; ++m) {
+          const uint16_t code = b.qs[4 * ib + 2 * h + m];
+          r.point[m] = iq::kIq2XsGrid[code & 511];
+          r.signs |= static_cast<uint32_t>(iq::kSignsIq2[code >> 9]) << (8 * m);
+        }
       }
-    }
-  }
+  });
 }
 
 void decode_iq2_s(const uint8_t* src, float* y, int64_t n) {
-  for (int64_t i = 0; i < n / kQK; ++i) {
+  decode_runs(y, n, [src](int64_t i, Run16* runs) {
     const auto b = load_block<BlockIq2S>(src, i);
     const float d = fp16_to_fp32(b.d);
-    for (int ib = 0; ib < 8; ++ib) {
-      const float db[2] = {d * (0.5f + static_cast<float>(b.scales[ib] & 0xf)) * 0.25f,
-                           d * (0.5f + static_cast<float>(b.scales[ib] >> 4)) * 0.25f};
-      for (int l = 0; l < 4; ++l) {
-        const unsigned index = b.qs[4 * ib + l] | (((b.qh[ib] >> (2 * l)) & 3u) << 8);
-        const uint64_t point = iq::kIq2SGrid[index];
-        const uint8_t signs = b.signs[4 * ib + l];
-        for (int j = 0; j < 8; ++j) *y++ = scaled(db[l / 2], iq::grid_byte(point, j), signs, j);
+    for (int ib = 0; ib < 8; ++ib)
+      for (int h = 0; h < 2; ++h) {
+        Run16& r = runs[2 * ib + h];
+        r.scale = d * (0.5f + static_cast<float>((b.scales[ib] >> (4 * h)) & 0xf)) * 0.25f;
+        r.signs = 0;
+        for (int m = 0; m < 2; ++m) {
+          const int l = 2 * h + m;
+          r.point[m] = iq::kIq2SGrid[b.qs[4 * ib + l] | (((b.qh[ib] >> (2 * l)) & 3u) << 8)];
+          r.signs |= static_cast<uint32_t>(b.signs[4 * ib + l]) << (8 * m);
+        }
       }
-    }
-  }
+  });
 }
 
+// IQ3: a grid point holds 4 magnitudes; two make the 8 values of a sign byte.
 void decode_iq3_xxs(const uint8_t* src, float* y, int64_t n) {
-  for (int64_t i = 0; i < n / kQK; ++i) {
+  decode_runs(y, n, [src](int64_t i, Run16* runs) {
     const auto b = load_block<BlockIq3Xxs>(src, i);
     const float d = fp16_to_fp32(b.d);
     for (int ib = 0; ib < 8; ++ib) {
       const uint32_t meta = read_u32(b.scales_signs + 4 * ib);
       const float db = d * (0.5f + static_cast<float>(meta >> 28)) * 0.5f;
-      for (int l = 0; l < 4; ++l) {
-        const uint8_t signs = iq::kSignsIq2[(meta >> (7 * l)) & 127];
-        const uint64_t lo = iq::kIq3XxsGrid[b.qs[8 * ib + 2 * l]];
-        const uint64_t hi = iq::kIq3XxsGrid[b.qs[8 * ib + 2 * l + 1]];
-        const uint64_t point = lo | (hi << 32);
-        for (int j = 0; j < 8; ++j) *y++ = scaled(db, iq::grid_byte(point, j), signs, j);
+      for (int h = 0; h < 2; ++h) {
+        Run16& r = runs[2 * ib + h];
+        r.scale = db;
+        r.signs = 0;
+        for (int m = 0; m < 2; ++m) {
+          const int l = 2 * h + m;
+          const uint64_t lo = iq::kIq3XxsGrid[b.qs[8 * ib + 2 * l]];
+          const uint64_t hi = iq::kIq3XxsGrid[b.qs[8 * ib + 2 * l + 1]];
+          r.point[m] = lo | (hi << 32);
+          r.signs |= static_cast<uint32_t>(iq::kSignsIq2[(meta >> (7 * l)) & 127]) << (8 * m);
+        }
       }
     }
-  }
+  });
 }
 
 void decode_iq3_s(const uint8_t* src, float* y, int64_t n) {
-  for (int64_t i = 0; i < n / kQK; ++i) {
+  decode_runs(y, n, [src](int64_t i, Run16* runs) {
     const auto b = load_block<BlockIq3S>(src, i);
     const float d = fp16_to_fp32(b.d);
     for (int ib = 0; ib < 8; ++ib) {
       const unsigned s = (b.scales[ib / 2] >> (4 * (ib % 2))) & 0xf;
       const float db = d * static_cast<float>(1 + 2 * static_cast<int>(s));
       const uint8_t qh = b.qh[ib];
-      for (int l = 0; l < 4; ++l) {
-        const unsigned i0 = b.qs[8 * ib + 2 * l] | (((qh >> (2 * l)) & 1u) << 8);
-        const unsigned i1 = b.qs[8 * ib + 2 * l + 1] | (((qh >> (2 * l + 1)) & 1u) << 8);
-        const uint64_t point = iq::kIq3SGrid[i0] | (static_cast<uint64_t>(iq::kIq3SGrid[i1]) << 32);
-        const uint8_t signs = b.signs[4 * ib + l];
-        for (int j = 0; j < 8; ++j) *y++ = scaled(db, iq::grid_byte(point, j), signs, j);
+      for (int h = 0; h < 2; ++h) {
+        Run16& r = runs[2 * ib + h];
+        r.scale = db;
+        r.signs = 0;
+        for (int m = 0; m < 2; ++m) {
+          const int l = 2 * h + m;
+          const unsigned i0 = b.qs[8 * ib + 2 * l] | (((qh >> (2 * l)) & 1u) << 8);
+          const unsigned i1 = b.qs[8 * ib + 2 * l + 1] | (((qh >> (2 * l + 1)) & 1u) << 8);
+          r.point[m] = iq::kIq3SGrid[i0] | (static_cast<uint64_t>(iq::kIq3SGrid[i1]) << 32);
+          r.signs |= static_cast<uint32_t>(b.signs[4 * ib + l]) << (8 * m);
+        }
       }
     }
-  }
+  });
 }
 
 // IQ1 grid bytes are signed (-1, 0, +1); value = scale * (grid + delta). The decoders are also
