@@ -446,7 +446,8 @@ TEST(codec_iquants, iq1_avx512_splits_equal_portable) {
   expect_avx512_encode_equals_portable(GgmlType::IQ1_M, 1200);
 }
 
-// The lattice decoders (IQ1_M, IQ2_*, IQ3_*) have AVX-512 twins too: the portable ones decode
+// The lattice decoders (IQ1_M, IQ2_*, IQ3_*) and IQ4_NL, IQ4_XS have AVX-512 twins too: the
+// portable ones decode
 // encoded rows (ggml's bytes, as the tests above hold; encoding them here spares building
 // ggml's grids) and random bytes as ggml does (the default ones are checked above).
 TEST(codec_iquants, portable_lattice_decoders_match_ggml) {
@@ -454,7 +455,7 @@ TEST(codec_iquants, portable_lattice_decoders_match_ggml) {
   testing::PortableCodecs portable;
   uint64_t seed = 1700;
   for (const auto t : {GgmlType::IQ1_M, GgmlType::IQ2_XXS, GgmlType::IQ2_XS, GgmlType::IQ2_S,
-                       GgmlType::IQ3_XXS, GgmlType::IQ3_S}) {
+                       GgmlType::IQ3_XXS, GgmlType::IQ3_S, GgmlType::IQ4_NL, GgmlType::IQ4_XS}) {
     for (const auto d : testing::all_dists()) {
       const auto x = testing::make_rows(d, 4, 1024, ++seed);
       const auto imp = testing::make_importance(1024, seed);

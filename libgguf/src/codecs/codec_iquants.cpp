@@ -4,6 +4,7 @@
 #include <immintrin.h>
 #endif
 
+#include <array>
 #include <bit>
 #include <cstring>
 
@@ -297,33 +298,76 @@ void decode_iq1_m(const uint8_t* src, float* y, int64_t n) {
   decode_iq1_m_portable(src, y, n);
 }
 
-void decode_iq4_nl(const uint8_t* src, float* y, int64_t n) {
-  for (int64_t i = 0; i < n / kQK4Nl; ++i) {
+// IQ4: 32 values per scale, the low nibbles of 16 bytes then their high nibbles, each a level
+// of kValuesIq4Nl times the scale.
+void iq4_group_portable(const uint8_t* q, float scale, float* y) {
+  for (int j = 0; j < 16; ++j) {
+    y[j] = scale * static_cast<float>(iq::kValuesIq4Nl[q[j] & 0xf]);
+    y[j + 16] = scale * static_cast<float>(iq::kValuesIq4Nl[q[j] >> 4]);
+  }
+}
+
+float iq4_xs_scale(const BlockIq4Xs& b, float d, int ib) {
+  const int ls = static_cast<int>(((b.scales_l[ib / 2] >> (4 * (ib % 2))) & 0xf) |
+                                  (((b.scales_h >> (2 * ib)) & 3) << 4));
+  return d * static_cast<float>(ls - 32);
+}
+
+#if defined(__x86_64__)
+GGUF_AVX512_WARNINGS_OFF
+// The same with the levels picked by a permute, 16 values per register.
+GGUF_CODEC_AVX512 inline void iq4_group_avx512(const uint8_t* q, float scale, float* y) {
+  alignas(64) static constexpr auto kLevels = [] {
+    std::array<float, 16> v{};
+    for (int k = 0; k < 16; ++k) v[k] = static_cast<float>(iq::kValuesIq4Nl[k]);
+    return v;
+  }();
+  const __m512 levels = _mm512_load_ps(kLevels.data());
+  const __m512i bytes = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q)));
+  const __m512 sv = _mm512_set1_ps(scale);
+  const __m512i lo = _mm512_and_si512(bytes, _mm512_set1_epi32(0xf));
+  _mm512_storeu_ps(y, _mm512_mul_ps(sv, _mm512_permutexvar_ps(lo, levels)));
+  _mm512_storeu_ps(y + 16,
+                   _mm512_mul_ps(sv, _mm512_permutexvar_ps(_mm512_srli_epi32(bytes, 4), levels)));
+}
+
+GGUF_CODEC_AVX512 void decode_iq4_nl_avx512(const uint8_t* src, float* y, int64_t n) {
+  for (int64_t i = 0; i < n / kQK4Nl; ++i, y += kQK4Nl) {
     const auto b = load_block<BlockIq4Nl>(src, i);
+    iq4_group_avx512(b.qs, fp16_to_fp32(b.d), y);
+  }
+}
+
+GGUF_CODEC_AVX512 void decode_iq4_xs_avx512(const uint8_t* src, float* y, int64_t n) {
+  for (int64_t i = 0; i < n / kQK; ++i) {
+    const auto b = load_block<BlockIq4Xs>(src, i);
     const float d = fp16_to_fp32(b.d);
-    for (int j = 0; j < 16; ++j) {
-      y[j] = d * static_cast<float>(iq::kValuesIq4Nl[b.qs[j] & 0xf]);
-      y[j + 16] = d * static_cast<float>(iq::kValuesIq4Nl[b.qs[j] >> 4]);
-    }
-    y += kQK4Nl;
+    for (int ib = 0; ib < 8; ++ib, y += 32)
+      iq4_group_avx512(b.qs + 16 * ib, iq4_xs_scale(b, d, ib), y);
+  }
+}
+GGUF_AVX512_WARNINGS_ON
+#endif
+
+void decode_iq4_nl(const uint8_t* src, float* y, int64_t n) {
+#if defined(__x86_64__)
+  if (codec_avx512()) return decode_iq4_nl_avx512(src, y, n);
+#endif
+  for (int64_t i = 0; i < n / kQK4Nl; ++i, y += kQK4Nl) {
+    const auto b = load_block<BlockIq4Nl>(src, i);
+    iq4_group_portable(b.qs, fp16_to_fp32(b.d), y);
   }
 }
 
 void decode_iq4_xs(const uint8_t* src, float* y, int64_t n) {
+#if defined(__x86_64__)
+  if (codec_avx512()) return decode_iq4_xs_avx512(src, y, n);
+#endif
   for (int64_t i = 0; i < n / kQK; ++i) {
     const auto b = load_block<BlockIq4Xs>(src, i);
     const float d = fp16_to_fp32(b.d);
-    for (int ib = 0; ib < 8; ++ib) {
-      const int ls = static_cast<int>(((b.scales_l[ib / 2] >> (4 * (ib % 2))) & 0xf) |
-                                      (((b.scales_h >> (2 * ib)) & 3) << 4));
-      const float dl = d * static_cast<float>(ls - 32);
-      const uint8_t* q = b.qs + 16 * ib;
-      for (int j = 0; j < 16; ++j) {
-        y[j] = dl * static_cast<float>(iq::kValuesIq4Nl[q[j] & 0xf]);
-        y[j + 16] = dl * static_cast<float>(iq::kValuesIq4Nl[q[j] >> 4]);
-      }
-      y += 32;
-    }
+    for (int ib = 0; ib < 8; ++ib, y += 32)
+      iq4_group_portable(b.qs + 16 * ib, iq4_xs_scale(b, d, ib), y);
   }
 }
 

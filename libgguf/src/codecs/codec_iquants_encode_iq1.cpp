@@ -14,6 +14,12 @@ namespace {
 // the signed values x under weight; writes its codes to L.
 int iq1_best_neighbour(const Lattice& lat, int u, const float* x, const float* weight, float scale,
                        const float* xg, int8_t* L) {
+  if (codec_avx512()) {
+    static const SweepLattice sweep = sweep_lattice(iq1_lattice(), 2);
+    const int tuple = iq1_best_tuple_avx512(sweep, u, x, weight, scale, xg);
+    for (int i = 0; i < 8; ++i) L[i] = static_cast<int8_t>((tuple >> (2 * i)) & 3);
+    return lat.map[tuple];
+  }
   const uint16_t* nb = lat.neighbours.data() - lat.map[u] - 1;
   float best = FLT_MAX;
   int g = -1;
@@ -30,7 +36,7 @@ int iq1_best_neighbour(const Lattice& lat, int u, const float* x, const float* w
       g = nb[j];
     }
   }
-  if (g < 0) throw Error("iq1 lattice search found no neighbour (non-finite input?)");
+  if (g < 0) throw Error("i-quant lattice search found no neighbour (non-finite input?)");
   for (int i = 0; i < 8; ++i) L[i] = static_cast<int8_t>((lat.points[g][i] - 1) / 2);
   return g;
 }

@@ -44,4 +44,10 @@ void iq2_sweep_avx512(const SweepLattice& lat, const Sweep& sweep, const float* 
 void iq3_sweep_avx512(const SweepLattice& lat, const Sweep& sweep, const float* xval,
                       const float* waux, const float* weight, float& scale, int8_t* L);
 
+// IQ1: the tuple of the grid point nearest to the off-grid tuple u (8 codes 0..2) for the
+// values x under weight, at scale with the levels xg of codes 0..2, as the portable search
+// picks it (error terms weight * diff * diff, the first of equal sums).
+int iq1_best_tuple_avx512(const SweepLattice& lat, int u, const float* x, const float* weight,
+                          float scale, const float* xg);
+
 }  // namespace gguf::detail::iq

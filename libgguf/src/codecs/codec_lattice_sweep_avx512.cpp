@@ -229,6 +229,18 @@ GGUF_CODEC_AVX512 void iq3_sweep_avx512(const SweepLattice& lat, const Sweep& sw
   sweep<4, 3, 8>(lat, sw, xval, waux, weight, scale, L);
 }
 
+GGUF_CODEC_AVX512 int iq1_best_tuple_avx512(const SweepLattice& lat, int u, const float* x,
+                                            const float* weight, float scale, const float* xg) {
+  using S = Shape<8, 2, 3>;
+  alignas(16) float terms[8 * S::kSlots] = {};
+  for (int i = 0; i < 8; ++i)
+    for (int c = 0; c < 3; ++c) {
+      const float diff = scale * xg[c] - x[i];
+      terms[i * S::kSlots + c] = weight[i] * diff * diff;
+    }
+  return best_tuple<S, 8, 2>(lat.lists.data() - lat.map[u] - 1, terms, S::kSlots);
+}
+
 }  // namespace gguf::detail::iq
 
 GGUF_AVX512_WARNINGS_ON
