@@ -584,10 +584,13 @@ TEST(affine_cli, imports_and_reports) {
                         "size: {} -> {}\n"
                         "wrote {}\n"
                         "verified: every tensor read back and hashed\n"
+                        "data: 0 B shared with the inputs (proven by FIEMAP), 512 B copied and "
+                        "{} written (read back and hashed)\n"
                         "exact: 2 imported tensors read back: 1,024 values decode to the same "
                         "float bits as code * scale + min, 512 bytes of plain tensors equal\n",
                         human_bytes(std::filesystem::file_size(in)),
-                        human_bytes(std::filesystem::file_size(out)), out));
+                        human_bytes(std::filesystem::file_size(out)), out,
+                        human_bytes(std::filesystem::file_size(out) - 512)));
 
   r = run_cli("gguf-requant", {in, "-o", dir.file("m5.gguf"), "--type", "Q5_1", "--json"});
   ASSERT_EQ(r.code, 0) << r.err;

@@ -11,10 +11,14 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <nlohmann/json.hpp>
 
+#include "cli_run.h"
 #include "ggml_ref.h"
+#include "gguf/base/units.h"
 #include "gguf/format/model.h"
 #include "gguf/ops/splice.h"
 #include "gguf/ops/synth.h"
@@ -221,25 +225,33 @@ TEST(reflink, routed_expert_splice_of_4096_aligned_files_shares_its_payloads) {
   EXPECT_TRUE(testing::GgmlRef::get().gguf_accepts(xfs.file("out.gguf"), true));
 }
 
+// Through gguf-splice --set: its report says what was shared and how it was proven.
 TEST(reflink, metadata_edit_of_a_4096_aligned_file_shares_every_payload_block) {
   XfsMount xfs;
   GGUF_REQUIRE_XFS(xfs);
   const SpliceOnXfs in(xfs);
-  const Model base = Model::open(in.base);
-  SpliceOptions so;
-  so.edits = parse_edits({"general.name=edited"}, {}, {}, false);
-  const SpliceResult r = splice(base, {}, so);
-  WriteOptions o;
-  o.inputs = r.inputs;
-  const WriteResult w = write_plan(r.plan, xfs.file("out.gguf"), o);
-  const auto f = Model::open(xfs.file("out.gguf"));
-  const uint64_t data = f.shards()[0]->data_offset();
+  const std::string out = xfs.file("out.gguf");
+  const auto r = testing::run_cli("gguf-splice",
+                                  {in.base, "--set", "general.name=edited", "-o", out, "--json"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  const uint64_t size = std::filesystem::file_size(out);
+  const uint64_t data = Model::open(out).first().data_offset();
   // Every payload block, padding included: only the header is the output's own.
-  EXPECT_EQ(w.bytes_shared, w.bytes - data);
-  EXPECT_EQ(w.bytes_written, data);
-  EXPECT_EQ(w.bytes_copied, 0u);
+  EXPECT_EQ(j["bytes_shared"], size - data);
+  EXPECT_EQ(j["bytes_copied"], 0u);
+  EXPECT_EQ(j["bytes_written"], data);
+  EXPECT_EQ(j["verification"], nlohmann::json::array({"fiemap", "read-back"}));
+  const auto text = testing::run_cli(
+      "gguf-splice", {in.base, "--set", "general.name=edited", "-o", out, "--force"});
+  ASSERT_EQ(text.code, 0) << text.err;
+  EXPECT_NE(text.out.find(fmt::format("data: {} shared with the inputs (proven by FIEMAP), 0 B "
+                                      "copied and {} written (read back and hashed)\n",
+                                      human_bytes(size - data), human_bytes(data))),
+            std::string::npos)
+      << text.out;
   GGUF_REQUIRE_GGML();
-  EXPECT_TRUE(testing::GgmlRef::get().gguf_accepts(xfs.file("out.gguf"), true));
+  EXPECT_TRUE(testing::GgmlRef::get().gguf_accepts(out, true));
 }
 
 // Where the proof fails, the range is read on both sides: a source rewritten with the same
@@ -296,7 +308,8 @@ TEST(reflink, unproven_ranges_are_read_back_and_a_changed_source_is_named) {
   }
 }
 
-// The fallback: ext4 copies in the kernel, so everything is hashed and read back as before.
+// The fallback: ext4 copies in the kernel, so everything is hashed and read back as before,
+// and the report says so.
 TEST(reflink, on_ext4_aligned_copies_are_copied_and_read_back) {
   TempDir dir;
   const std::string src = dir.file("src.gguf");
@@ -316,6 +329,13 @@ TEST(reflink, on_ext4_aligned_copies_are_copied_and_read_back) {
   // Hashed whole as they were copied, but for the first (copied in pieces while finding out
   // whether the kernel shares).
   for (size_t i = 1; i < w.tensors.size(); ++i) EXPECT_TRUE(w.tensors[i].xxh3) << w.tensors[i].name;
+  const auto cli = testing::run_cli(
+      "gguf-splice", {src, "--set", "general.name=edited", "-o", dir.file("cli.gguf"), "--json"});
+  ASSERT_EQ(cli.code, 0) << cli.err;
+  const auto j = nlohmann::json::parse(cli.out);
+  EXPECT_EQ(j["bytes_shared"], 0u);
+  EXPECT_EQ(j["bytes_copied"], w.bytes_copied);
+  EXPECT_EQ(j["verification"], nlohmann::json::array({"read-back"}));
 }
 
 }  // namespace

@@ -56,7 +56,7 @@ int run(int argc, char** argv) {
   if (open_input(a.inputs.front()).format == InputFormat::kSafetensors) {
     cli::check_import_args(a, r);
     ImportJob job = run_import_job(a.inputs.front(), a.config_path, a.base_path,
-                                   {r.type, nullptr, a.threads, a.append_unmatched});
+                                   {r.type, nullptr, a.threads, a.append_unmatched, r.alignment});
     ImportResult& result = job.result;
     notes(result.notes);
     a.ex.write.inputs = result.inputs;
@@ -75,7 +75,8 @@ int run(int argc, char** argv) {
   cli::check_gguf_args(a, r);
   RequantJob job{
       a.inputs.front(), r.type,  std::move(r.selector), std::move(r.rules), a.recipe_from,
-      a.imatrix_path,   a.exact, a.keep_split,          a.threads,          std::move(r.mix)};
+      a.imatrix_path,   a.exact, a.keep_split,          a.threads,          std::move(r.mix),
+      r.alignment};
   std::optional<cli::Progress> measure;
   if (job.mix && !a.quiet) job.mix->progress = measure.emplace("measure").callback();
   RequantJobResult done = run_requant_job(job, a.ex.write);

@@ -3,6 +3,7 @@
 
 #include "gguf/base/error.h"
 #include "gguf/codecs/codecs.h"
+#include "gguf/write/plan.h"
 
 namespace gguf::cli {
 
@@ -54,7 +55,10 @@ void add_requant_options(RequantArgs& a, po::options_description& desc,
       "split-max-tensors", count_value(&a.split_tensors, UINT64_MAX, "--split-max-tensors", 1),
       "write a split set, at most N tensors per shard")(
       "keep-split", po::bool_switch(&a.keep_split),
-      "write the output in the input's shards (the same tensors in each), as llama-quantize's");
+      "write the output in the input's shards (the same tensors in each), as llama-quantize's")(
+      "align", count_value(&a.align, UINT64_MAX, "--align"),
+      "write general.alignment = N (a power of two >= 32; 4096 lets CoW file systems share "
+      "payload blocks); default: the input's (an import's: its --base's, else 32)");
   desc.add_options()("target-size", po::value(&a.target_size),
                      "plan the mix: the types (or --donor tensors) with the least measured "
                      "error whose file is at most SIZE (b, k|kib, m|mib, g|gib, t|tib: powers "
@@ -90,6 +94,7 @@ RequantRequest check_requant_args(RequantArgs& a, const po::variables_map& vm, i
   wo.verify = !a.no_verify;
   if (!a.split_size.empty()) wo.split_max_size = parse_size(a.split_size, "split-max-size");
   wo.split_max_tensors = a.split_tensors;
+  if (vm.count("align")) r.alignment = check_align_option(a.align);
   if (a.keep_split && (wo.split_max_size || wo.split_max_tensors))
     usage_error("--keep-split excludes --split-max-size and --split-max-tensors");
 

@@ -22,7 +22,7 @@ struct RequantArgs {
   bool json = false, no_verify = false, exact = false, quiet = false, keep_split = false;
   bool append_unmatched = false;
   unsigned threads = 0;
-  uint64_t split_tensors = 0;
+  uint64_t split_tensors = 0, align = 0;
   SelectorArgs selector;
   Execution ex;  // dry_run and write.force
   std::string target_size, target_bpw, candidates, plan_out;
@@ -40,7 +40,8 @@ struct RequantRequest {
   Selector selector;
   std::vector<TypeRule> rules;  // the per-tensor types (--tensor-type-file read)
   std::optional<MixRequest> mix;
-  std::string target;  // "--target-size" or "--target-bpw", for messages
+  std::string target;                 // "--target-size" or "--target-bpw", for messages
+  std::optional<uint32_t> alignment;  // --align
 };
 
 // Usage errors first, whatever the inputs (exit 2 must not depend on whether a file opens):

@@ -55,7 +55,8 @@ void place_import(ImportResult& r, std::vector<ImportRow> rows, std::vector<Plan
   } else {
     for (const auto& kv : o.base->metadata().entries())
       if (!kv.key.starts_with("split.")) r.plan.metadata.append(kv);
-    if (auto note = raise_small_alignment(r.plan.metadata)) r.notes.push_back(std::move(*note));
+    if (!o.alignment)
+      if (auto note = raise_small_alignment(r.plan.metadata)) r.notes.push_back(std::move(*note));
     if (auto note = overlap_warning(*o.base)) r.notes.push_back(std::move(*note));
     std::map<std::string, size_t, std::less<>> index;
     for (size_t i = 0; i < rows.size(); ++i) index.emplace(rows[i].name, i);
@@ -123,6 +124,7 @@ void place_import(ImportResult& r, std::vector<ImportRow> rows, std::vector<Plan
   if (r.rows.empty())
     throw Error(r.inputs.empty() ? std::string() : r.inputs.front(), {}, std::nullopt,
                 "the file holds no tensor to import");
+  if (o.alignment) set_alignment(r.plan.metadata, *o.alignment);
   set_file_type_keys(r.plan);
   std::vector<const PlanTensor*> ptrs;
   for (const auto& t : r.plan.tensors) ptrs.push_back(&t);

@@ -79,8 +79,13 @@ PlannerResult plan_mix(const Model& model, const PlannerOptions& o) {
   }
   // The pins, resolved as requant resolves rules: a probe whose --type (given to the tensors no
   // rule decides, only so that it re-encodes something) is never written.
-  RequantOptions probe_opt{
-      all_f32 ? GgmlType::F16 : GgmlType::F32, o.selector, o.imatrix, o.threads, false, o.rules};
+  RequantOptions probe_opt{all_f32 ? GgmlType::F16 : GgmlType::F32,
+                           o.selector,
+                           o.imatrix,
+                           o.threads,
+                           false,
+                           o.rules,
+                           o.alignment};
   const RequantResult probe = requant(model, probe_opt);
 
   PlannerResult r;
@@ -264,7 +269,8 @@ PlannerResult plan_mix(const Model& model, const PlannerOptions& o) {
                                    ch.donor >= 0 ? std::nullopt : std::optional(ch.type)));
       }
     }
-    RequantOptions ro{std::nullopt, o.selector, o.imatrix, o.threads, false, std::move(rules)};
+    RequantOptions ro{std::nullopt, o.selector,       o.imatrix,  o.threads,
+                      false,        std::move(rules), o.alignment};
     r.requant = requant(model, ro);
     for (size_t i = 0; i < tensors.size(); ++i) {
       RequantRow& row = r.requant.rows[i];

@@ -149,7 +149,10 @@ RequantResult requant(const Model& model, const RequantOptions& o) {
   r.plan.metadata = Metadata();
   for (const auto& kv : model.metadata().entries())
     if (!kv.key.starts_with("split.")) r.plan.metadata.append(kv);
-  if (auto note = raise_small_alignment(r.plan.metadata)) r.notes.push_back(std::move(*note));
+  if (o.alignment)
+    set_alignment(r.plan.metadata, *o.alignment);
+  else if (auto note = raise_small_alignment(r.plan.metadata))
+    r.notes.push_back(std::move(*note));
   if (auto note = overlap_warning(model)) r.notes.push_back(std::move(*note));
   detail::EncodeNotes notes;
   Counts n;

@@ -44,6 +44,7 @@ void plan_job(RequantJobResult& r, const RequantJob& job, std::vector<TypeRule> 
   po.rules = std::move(rules);
   po.threads = job.threads;
   po.progress = m.progress;
+  po.alignment = job.alignment;
   r.planned = plan_mix(*r.model, po);
   r.inputs = r.planned->requant.inputs;
   if (r.imatrix) r.inputs.push_back(job.imatrix_path);
@@ -74,7 +75,7 @@ RequantJobResult run_requant_job(const RequantJob& job, const WriteOptions& writ
     return r;
   }
   r.requant = requant(*r.model, {job.type, job.selector, r.imatrix.get(), job.threads, job.exact,
-                                 std::move(rules)});
+                                 std::move(rules), job.alignment});
   r.inputs = r.requant->inputs;
   if (r.imatrix) r.inputs.push_back(job.imatrix_path);
   return r;

@@ -9,6 +9,17 @@
 
 namespace gguf::detail {
 
+std::string data_text(const WriteResult& w) {
+  if (!w.verified)
+    return fmt::format("data: {} shared with the inputs, {} copied, {} written (not verified)\n",
+                       human_bytes(w.bytes_shared), human_bytes(w.bytes_copied),
+                       human_bytes(w.bytes_written));
+  return fmt::format(
+      "data: {} shared with the inputs (proven by FIEMAP), {} copied and {} written (read back "
+      "and hashed)\n",
+      human_bytes(w.bytes_shared), human_bytes(w.bytes_copied), human_bytes(w.bytes_written));
+}
+
 std::string written_text(const WriteResult* w, WrittenForm form) {
   if (!w) return "dry run: nothing written\n";
   std::string out;
@@ -16,14 +27,17 @@ std::string written_text(const WriteResult* w, WrittenForm form) {
     const char* verified = w->verified ? ", every payload verified" : ", not verified";
     if (w->paths.size() == 1)
       return fmt::format("wrote '{}' ({}){}\n", escape_for_terminal(w->paths[0]),
-                         human_bytes(w->bytes), verified);
+                         human_bytes(w->bytes), verified) +
+             data_text(*w);
     out = fmt::format("wrote {} files ({}){}:\n", w->paths.size(), human_bytes(w->bytes), verified);
     for (const auto& p : w->paths) out += fmt::format("  {}\n", escape_for_terminal(p));
-    return out;
+    return out + data_text(*w);
   }
   for (const auto& p : w->paths) out += fmt::format("wrote {}\n", escape_for_terminal(p));
-  if (w->verified) out += "verified: every tensor read back and hashed\n";
-  return out;
+  if (w->verified)
+    out += w->bytes_shared ? "verified: every tensor read back and hashed or proven shared\n"
+                           : "verified: every tensor read back and hashed\n";
+  return out + data_text(*w);
 }
 
 std::string sizes_and_written_text(uint64_t before, uint64_t planned, const WriteResult* w) {
@@ -48,6 +62,14 @@ void add_written_json(nlohmann::json& doc, uint64_t before, uint64_t planned,
   if (w)
     for (const auto& p : w->paths) doc["outputs"].push_back(utf8_or_escaped(p));
   doc["verified"] = w ? w->verified : false;
+  doc["bytes_shared"] = w ? json(w->bytes_shared) : json(nullptr);
+  doc["bytes_copied"] = w ? json(w->bytes_copied) : json(nullptr);
+  doc["bytes_written"] = w ? json(w->bytes_written) : json(nullptr);
+  doc["verification"] = json::array();
+  if (w && w->verified) {
+    if (w->bytes_shared) doc["verification"].push_back("fiemap");
+    if (w->bytes_copied + w->bytes_written) doc["verification"].push_back("read-back");
+  }
 }
 
 }  // namespace gguf::detail

@@ -24,8 +24,10 @@ enum class WrittenForm {
              // the paths indented (gguf-splice)
 };
 
-// The footer of every plan report: the files written and whether they were verified, or that a
-// dry run wrote nothing. Whatever a report says about the files written goes here.
+// The footer of every plan report: the files written and whether they were verified, then how
+// their bytes got there ("data: X shared with the inputs (proven by FIEMAP), Y copied and Z
+// written (read back and hashed)"), or that a dry run wrote nothing. Whatever a report says
+// about the files written goes here.
 std::string written_text(const WriteResult* w, WrittenForm form = WrittenForm::kLines);
 
 // "size: A -> B", then written_text.
@@ -36,7 +38,10 @@ std::string sizes_and_written_text(uint64_t before, uint64_t planned, const Writ
 nlohmann::json plan_row_json(const PlanRow& row);
 
 // "bytes_before", "bytes_after", "output" (null on a dry run), "outputs" (every file written:
-// the output, or a split set's every shard; empty on a dry run) and "verified".
+// the output, or a split set's every shard; empty on a dry run), "verified", "bytes_shared",
+// "bytes_copied", "bytes_written" (WriteResult's; null on a dry run) and "verification": how
+// they were verified, "fiemap" (shared bytes proven on the inputs' blocks) and "read-back"
+// (the rest read back and hashed), each when it applies.
 void add_written_json(nlohmann::json& doc, uint64_t before, uint64_t planned, const WriteResult* w);
 
 }  // namespace gguf::detail

@@ -79,6 +79,9 @@ struct ImportOptions {
   const Model* base = nullptr;
   unsigned threads = 1;  // for making the payloads and for the proof
   bool append_unmatched = false;
+  // --align: the output's general.alignment (check_align_option); else the base's (raised to
+  // 32), or the default 32 without a base.
+  std::optional<uint32_t> alignment = {};
 };
 
 // One source of a mapped tensor: a packed tensor or a plain one, in one shard.

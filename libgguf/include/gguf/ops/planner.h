@@ -107,6 +107,7 @@ struct PlannerOptions {
   uint64_t sample_elements = uint64_t{1} << 18;
   unsigned threads = 1;
   std::function<void(uint64_t, uint64_t)> progress;  // measurement progress; may be empty
+  std::optional<uint32_t> alignment = {};  // as RequantOptions::alignment (the budget counts it)
 };
 
 struct PlannedTensor {

@@ -87,6 +87,9 @@ struct RequantOptions {
   // the files of kPattern rules read from a file (quantize.tensor_type_file, an array of
   // strings) and the recipe model (quantize.recipe_from); both keys of an earlier step go.
   std::vector<TypeRule> rules = {};
+  // --align: the output's general.alignment (check_align_option); else the input's stays
+  // (raised to 32).
+  std::optional<uint32_t> alignment = {};
 };
 
 // How a tensor's importance weights were obtained.
