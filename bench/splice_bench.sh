@@ -2,8 +2,11 @@
 # Benchmark of gguf-splice against a plain copy_file_range copy of the same output size, in
 # one run: builds a DeepSeek-style base (f16) and donor (bf16) of several GiB with the
 # library's synthetic model generator, splices the routed experts of 6 layers, copies the
-# output with a bare copy_file_range loop (+ fsync, as the writer does), and prints
-# throughput, their ratio and peak RSS (from /usr/bin/time -v).
+# output with a bare copy_file_range loop (+ fsync, as the writer does) and with cp (+ sync of
+# the copy), and prints throughput, their ratio and peak RSS (from /usr/bin/time -v). As root
+# with mkfs.xfs (xfsprogs) it also makes a loop-mounted XFS with reflink=1 in WORK_DIR, re-lays
+# base and donor there with --align 4096, and times the same splice between them ("xfs-4k":
+# payload blocks shared, not copied), with the disk it took (df before and after).
 #
 # Usage: bench/splice_bench.sh [BUILD_DIR] [WORK_DIR]
 #   BUILD_DIR  a build tree holding tools/gguf-splice and examples/make_tiny_moe
@@ -36,7 +39,12 @@ for exe in "$SPLICE" "$GEN" /usr/bin/time python3; do
 done
 if [[ -z $WORK ]]; then WORK=$(mktemp -d /var/tmp/splice-bench.XXXXXX); fi
 mkdir -p "$WORK"
-cleanup() { [[ ${KEEP:-0} == 1 ]] || rm -rf "$WORK"; }
+XMNT=$WORK/xfs XIMG=$WORK/xfs.img
+cleanup() {
+  if mountpoint -q "$XMNT" 2>/dev/null; then umount "$XMNT" || umount -l "$XMNT"; fi
+  rm -f "$XIMG"
+  [[ ${KEEP:-0} == 1 ]] || rm -rf "$WORK"
+}
 trap cleanup EXIT
 
 BASE=$WORK/base.gguf DONOR=$WORK/donor.gguf OUT=$WORK/out.gguf COPY=$WORK/copy.gguf
@@ -103,7 +111,32 @@ for ((i = 0; i < RUNS; i++)); do
     --no-verify
   fresh "$COPY" "$OUT"
   run copy python3 -c "$COPY_PY" "$OUT" "$COPY"
+  fresh "$COPY" "$OUT"
+  run cp sh -c 'cp "$1" "$2" && sync "$2"' cp "$OUT" "$COPY"
 done
+
+# The same splice between 4096-aligned files on a copy-on-write XFS (root and mkfs.xfs only).
+if [[ $(id -u) == 0 ]] && command -v mkfs.xfs >/dev/null; then
+  truncate -s $(( 3 * $(stat -c %s "$BASE") + 3 * $(stat -c %s "$DONOR") )) "$XIMG"
+  mkfs.xfs -q -m reflink=1 "$XIMG"
+  mkdir -p "$XMNT"
+  mount -o loop "$XIMG" "$XMNT"
+  "$SPLICE" "$BASE" --align 4096 -o "$XMNT/base.gguf" -q
+  "$SPLICE" "$DONOR" --align 4096 -o "$XMNT/donor.gguf" -q
+  for ((i = 0; i < RUNS; i++)); do
+    rm -f "$XMNT/out.gguf"
+    sync
+    python3 -c "$EVICT_PY" "$XMNT/base.gguf" "$XMNT/donor.gguf" "$BASE" "$DONOR" "$OUT" "$COPY"
+    [[ ${COLD:-0} == 1 ]] || cat "$XMNT/base.gguf" "$XMNT/donor.gguf" >/dev/null
+    used=$(df --output=used -B1 "$XMNT" | tail -1)
+    run xfs-4k "$SPLICE" "$XMNT/base.gguf" --donor "$XMNT/donor.gguf" --layers "$FIRST-$LAST" \
+      -o "$XMNT/out.gguf"
+    sync
+    echo "xfs-extra $(( $(df --output=used -B1 "$XMNT" | tail -1) - used )) 0" >>"$WORK/times"
+  done
+else
+  echo "splice_bench: not root or no mkfs.xfs: the XFS run is skipped" >&2
+fi
 
 OUT_BYTES=$(stat -c %s "$OUT")
 BASE_BYTES=$(stat -c %s "$BASE")
@@ -116,10 +149,16 @@ gib = 1 << 30
 copy_s = med("copy", 1)
 print(f"base {base_bytes / gib:.2f} GiB, output {out_bytes / gib:.2f} GiB "
       f"(routed experts of layers {layers} spliced); median of {sum(r[0] == 'copy' for r in rows)} runs")
-print(f"{'run':<18}{'seconds':>9}{'MiB/s':>10}{'vs copy':>9}{'peak RSS':>12}")
-for label in ("splice", "splice-noverify", "copy"):
+print(f"{'run':<18}{'seconds':>9}{'MiB/s':>10}{'vs copy':>9}{'time/copy':>11}{'peak RSS':>12}")
+for label in ("splice", "splice-noverify", "copy", "cp", "xfs-4k"):
+    if not any(r[0] == label for r in rows):
+        continue
     s = med(label, 1)
     rss = max(int(r[2]) for r in rows if r[0] == label)
     print(f"{label:<18}{s:>9.2f}{out_bytes / (1 << 20) / s:>10.0f}{copy_s / s:>8.2f}x"
-          f"{rss / 1024:>8.1f} MiB")
+          f"{s / copy_s:>10.3f}x{rss / 1024:>8.1f} MiB")
+if any(r[0] == "xfs-extra" for r in rows):
+    extra = statistics.median(int(r[1]) for r in rows if r[0] == "xfs-extra")
+    print(f"xfs-4k took {extra / (1 << 20):.2f} MiB of new disk for a "
+          f"{out_bytes / (1 << 20):.0f} MiB output ({100 * extra / out_bytes:.3f}%)")
 EOF

@@ -58,7 +58,7 @@ struct RequantJob {
   bool exact = false;
   bool keep_split = false;  // the output in the input's shards
   unsigned threads = 1;
-  std::optional<MixRequest> mix;      // a planned mix instead of requant()
+  std::optional<MixRequest> mix;           // a planned mix instead of requant()
   std::optional<uint32_t> alignment = {};  // --align (RequantOptions::alignment)
 };
 
