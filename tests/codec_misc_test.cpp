@@ -353,6 +353,18 @@ TEST(codec_misc, mxfp4_encoders_match_ggml_on_both_paths) {
   }
 }
 
+// Q2_0's decoder has an AVX-512 twin: the portable one decodes ggml's bytes and random bytes as
+// ggml does too (the default one is checked above).
+TEST(codec_misc, q2_0_portable_decoder_matches_ggml) {
+  GGUF_REQUIRE_GGML();
+  testing::PortableCodecs portable;
+  uint64_t seed = 1900;
+  for (const auto d : testing::all_dists())
+    testing::check_decode_of_ggml_quant(GgmlType::Q2_0, testing::make_rows(d, 4, 1024, ++seed), 4,
+                                        1024, nullptr, testing::dist_name(d));
+  for (uint64_t r = 1; r <= 8; ++r) testing::check_decode_of_random_bytes(GgmlType::Q2_0, 256, r);
+}
+
 TEST(codec_misc, mxfp4_avx512_encoder_equals_portable) {
   if (!detail::codec_avx512()) GTEST_SKIP() << "no AVX-512 on this CPU, or GGUF_CODEC_SCALAR set";
   uint64_t seed = 800;
