@@ -65,7 +65,7 @@ uint64_t share_block_size(int fd) {
   return (bs & (bs - 1)) == 0 ? bs : 0;
 }
 
-std::optional<std::vector<Extent>> file_extents(int fd, uint64_t offset, uint64_t len) {
+std::optional<std::vector<Extent>> file_extents(int fd, uint64_t offset, uint64_t len, bool sync) {
   std::vector<Extent> out;
   if (len == 0) return out;
   const size_t size = sizeof(fiemap) + kBatch * sizeof(fiemap_extent);
@@ -76,7 +76,7 @@ std::optional<std::vector<Extent>> file_extents(int fd, uint64_t offset, uint64_
     std::fill_n(reinterpret_cast<char*>(fm.get()), size, 0);
     fm->fm_start = at;
     fm->fm_length = end - at;
-    fm->fm_flags = FIEMAP_FLAG_SYNC;
+    fm->fm_flags = sync ? FIEMAP_FLAG_SYNC : 0;
     fm->fm_extent_count = kBatch;
     if (::ioctl(fd, FS_IOC_FIEMAP, fm.get()) != 0) return std::nullopt;
     if (fm->fm_mapped_extents == 0) break;  // the rest is a hole
@@ -96,7 +96,7 @@ std::optional<std::vector<Extent>> file_extents(int fd, uint64_t offset, uint64_
 }
 
 bool range_is_shared(int fd, uint64_t offset, uint64_t len) {
-  const auto list = file_extents(fd, offset, len);
+  const auto list = file_extents(fd, offset, len, false);
   if (!list) return false;
   for (uint64_t at = offset; at < offset + len;) {
     const Extent* e = extent_at(*list, at);

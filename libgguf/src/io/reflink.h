@@ -21,12 +21,15 @@ struct Extent {
 };
 
 // The extents of fd that overlap [offset, offset + len) (holes have none), after the file's
-// dirty pages are written (FIEMAP_FLAG_SYNC): nullopt when the file system has no FIEMAP or it
-// fails.
-std::optional<std::vector<Extent>> file_extents(int fd, uint64_t offset, uint64_t len);
+// dirty pages are written when sync (FIEMAP_FLAG_SYNC): nullopt when the file system has no
+// FIEMAP or it fails.
+std::optional<std::vector<Extent>> file_extents(int fd, uint64_t offset, uint64_t len,
+                                                bool sync = true);
 
 // Whether every byte of [offset, offset + len) of fd lies in an extent marked shared: the quick
-// check, right after a copy_file_range, that the kernel shared rather than copied.
+// check, right after a copy_file_range, that the kernel shared rather than copied. Without a
+// sync (which would stall the write): a shared range is mapped at once, a copied one is not
+// (delayed allocation).
 bool range_is_shared(int fd, uint64_t offset, uint64_t len);
 
 // The proof that [a_offset, a_offset + len) of file a and [b_offset, b_offset + len) of file b
