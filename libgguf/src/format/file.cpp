@@ -11,6 +11,7 @@
 #include <unordered_map>
 
 #include "gguf/base/escape.h"
+#include "io/cursor.h"
 
 namespace gguf {
 
@@ -104,23 +105,24 @@ std::span<const uint8_t> GgufFile::tensor_data(const TensorInfo& t) const {
 
 class Parser {
  public:
-  Parser(GgufFile& f) : f_(f), src_(*f.source_), size_(src_.size()) {}
+  Parser(GgufFile& f) : f_(f), c_(*f.source_), size_(c_.size()) {}
 
   void run() {
     header();
     for (uint64_t i = 0; i < n_kv_; ++i) key_value(i);
     alignment();
     for (uint64_t i = 0; i < n_tensors_; ++i) tensor_info();
-    f_.header_end_ = pos_;
+    const uint64_t end = c_.pos();
+    f_.header_end_ = end;
     const uint64_t a = f_.alignment_;
-    // pos_ <= size_ and a <= 2^31, so this cannot overflow.
-    f_.data_offset_ = (pos_ + a - 1) / a * a;
+    // end <= size_ and a <= 2^31, so this cannot overflow.
+    f_.data_offset_ = (end + a - 1) / a * a;
     // ggml seeks to the data section before it reads any tensor, even empty ones.
     if (!f_.tensors_.empty() && f_.data_offset_ > size_) {
-      object_.clear();
-      fail(pos_, fmt::format("the data section would start at byte {} (the header end padded to "
-                             "the alignment {}), past the end of the file ({} bytes)",
-                             f_.data_offset_, a, size_));
+      c_.set_object({});
+      c_.fail(end, fmt::format("the data section would start at byte {} (the header end padded to "
+                               "the alignment {}), past the end of the file ({} bytes)",
+                               f_.data_offset_, a, size_));
     }
     for (auto& t : f_.tensors_) tensor_data(t);
     // Tensors may share or overlap data (--check reports it; ggml refuses it), but not so much
@@ -131,56 +133,29 @@ class Parser {
     for (const auto& t : f_.tensors_) {
       sum += t.bytes.value_or(0);  // each is at most data_bytes, so this cannot wrap
       if (sum > 2 * data_bytes) {
-        object_ = tensor_object(t.name);
-        fail(t.data_offset_field(),
-             fmt::format("the tensors up to this one hold {} bytes of data, more than twice the "
-                         "{} bytes of the data section: their data overlap many times over",
-                         sum, data_bytes));
+        c_.set_object(tensor_object(t.name));
+        c_.fail(t.data_offset_field(),
+                fmt::format("the tensors up to this one hold {} bytes of data, more than twice the "
+                            "{} bytes of the data section: their data overlap many times over",
+                            sum, data_bytes));
       }
     }
   }
 
  private:
   GgufFile& f_;
-  const ByteSource& src_;
+  Cursor c_;
   uint64_t size_;
-  uint64_t pos_ = 0;
   uint64_t n_tensors_ = 0, n_kv_ = 0;
   uint64_t total_elements_ = 0;
-  std::string object_;  // what is being read, for messages
 
-  [[noreturn]] void fail(uint64_t at, std::string msg) const {
-    throw Error(src_.name(), object_, at, std::move(msg));
-  }
-  uint64_t left() const { return size_ - pos_; }
-
-  void need(uint64_t n, std::string_view what) const {
-    if (n > left())
-      fail(pos_,
-           fmt::format("{} runs past end of file (needs {} bytes, {} left)", what, n, left()));
-  }
-
+  [[noreturn]] void fail(uint64_t at, std::string msg) const { c_.fail(at, std::move(msg)); }
+  uint64_t left() const { return c_.left(); }
   template <class T>
   T read(std::string_view what) {
-    need(sizeof(T), what);
-    T v;
-    std::memcpy(&v, src_.bytes(pos_, sizeof(T)).data(), sizeof(T));
-    pos_ += sizeof(T);
-    return v;
+    return c_.read<T>(what);
   }
-
-  std::string read_string(std::string_view what) {
-    const uint64_t at = pos_;
-    const uint64_t n = read<uint64_t>(what);
-    if (n > kMaxStringBytes)
-      fail(at,
-           fmt::format("{} length {} exceeds ggml's limit of {} bytes", what, n, kMaxStringBytes));
-    if (n > left())
-      fail(at, fmt::format("{} length {} runs past end of file ({} bytes left)", what, n, left()));
-    const auto b = src_.bytes(pos_, n);
-    pos_ += n;
-    return std::string(reinterpret_cast<const char*>(b.data()), b.size());
-  }
+  std::string read_string(std::string_view what) { return c_.read_string(what, kMaxStringBytes); }
 
   void header() {
     if (size_ < 24)
@@ -213,7 +188,7 @@ class Parser {
   }
 
   ValueType read_type(std::string_view what) {
-    const uint64_t at = pos_;
+    const uint64_t at = c_.pos();
     const auto t = read<uint32_t>(what);
     if (t >= kValueTypeCount)
       fail(at, fmt::format("unknown value type {} (valid types are 0-12)", t));
@@ -221,11 +196,11 @@ class Parser {
   }
 
   void key_value(uint64_t index) {
-    const uint64_t at = pos_;
-    object_ = fmt::format("key #{}", index);
+    const uint64_t at = c_.pos();
+    c_.set_object(fmt::format("key #{}", index));
     std::string key = read_string("key");
     if (key.empty()) fail(at, "empty key");
-    object_ = key_object(key);
+    c_.set_object(key_object(key));
     if (const Value* prev = f_.metadata_.find(key); prev != nullptr) {
       uint64_t first = 0;
       for (const auto& e : f_.metadata_.entries())
@@ -240,28 +215,26 @@ class Parser {
       value = read_array();
     } else {
       const size_t n = scalar_size(type);
-      need(n, "value");
+      c_.need(n, "value");
       uint64_t bits = 0;
-      std::memcpy(&bits, src_.bytes(pos_, n).data(), n);
-      pos_ += n;
+      std::memcpy(&bits, c_.take(n, "value").data(), n);
       value = Value::from_bits(type, bits);
     }
     f_.metadata_.append({std::move(key), std::move(value), at});
   }
 
   Value read_array() {
-    const uint64_t type_at = pos_;
+    const uint64_t type_at = c_.pos();
     const ValueType elem = read_type("array element type");
     if (elem == ValueType::kArray) fail(type_at, "nested arrays are not supported");
-    const uint64_t count_at = pos_;
+    const uint64_t count_at = c_.pos();
     const uint64_t count = read<uint64_t>("array length");
     const uint64_t min_elem = elem == ValueType::kString ? 8 : scalar_size(elem);
     if (count > left() / min_elem)
       fail(count_at, fmt::format("array of {} {} elements runs past end of file ({} bytes left)",
                                  count, value_type_name(elem), left()));
     if (elem != ValueType::kString) {
-      const auto b = src_.bytes(pos_, count * min_elem);
-      pos_ += b.size();
+      const auto b = c_.take(count * min_elem, "array");
       return Value::scalar_array(elem, std::vector<uint8_t>(b.begin(), b.end()));
     }
     std::vector<std::string> strings;
@@ -275,7 +248,7 @@ class Parser {
   void alignment() {
     const KeyValue* kv = find_key_as_ggml(f_.metadata_, "general.alignment");
     if (!kv) return;
-    object_ = key_object(kv->key);
+    c_.set_object(key_object(kv->key));
     const Value* v = &kv->value;
     if (v->type() != ValueType::kU32)
       fail(kv->type_offset(),
@@ -289,19 +262,19 @@ class Parser {
 
   void tensor_info() {
     TensorInfo t;
-    t.info_offset = pos_;
-    object_ = fmt::format("tensor #{}", f_.tensors_.size());
+    t.info_offset = c_.pos();
+    c_.set_object(fmt::format("tensor #{}", f_.tensors_.size()));
     t.name = read_string("tensor name");
     // An empty name is accepted, as by ggml; --check reports it.
-    object_ =
-        t.name.empty() ? fmt::format("tensor #{}", f_.tensors_.size()) : tensor_object(t.name);
-    const uint64_t dims_at = pos_;
+    c_.set_object(t.name.empty() ? fmt::format("tensor #{}", f_.tensors_.size())
+                                 : tensor_object(t.name));
+    const uint64_t dims_at = c_.pos();
     const auto n_dims = read<uint32_t>("n_dims");
     if (n_dims > kMaxDims)
       fail(dims_at, fmt::format("n_dims {} exceeds the maximum of {}", n_dims, kMaxDims));
     uint64_t n = 1;
     for (uint32_t d = 0; d < n_dims; ++d) {
-      const uint64_t at = pos_;
+      const uint64_t at = c_.pos();
       const auto ne = read<int64_t>("dimension");
       if (ne < 0) fail(at, fmt::format("dimension {} is negative ({})", d, ne));
       if (ne != 0 && n > static_cast<uint64_t>(INT64_MAX) / static_cast<uint64_t>(ne))
@@ -317,7 +290,7 @@ class Parser {
       fail(dims_at, fmt::format("the tensors up to this one hold more than {} elements in total",
                                 INT64_MAX));
     total_elements_ += n;
-    const uint64_t type_at = pos_;
+    const uint64_t type_at = c_.pos();
     t.type_id = read<uint32_t>("tensor type");
     t.offset = read<uint64_t>("tensor data offset");
     if (const TypeTraits* tr = sized_type(t.type_id)) {
@@ -341,7 +314,7 @@ class Parser {
   }
 
   void tensor_data(const TensorInfo& t) {
-    object_ = tensor_object(t.name);
+    c_.set_object(tensor_object(t.name));
     if (t.offset % f_.alignment_ != 0)
       fail(t.data_offset_field(),
            fmt::format("data offset {} is not a multiple of the alignment {}", t.offset,

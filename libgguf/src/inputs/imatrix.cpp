@@ -12,6 +12,7 @@
 #include "gguf/base/escape.h"
 #include "gguf/format/file.h"
 #include "gguf/io/source.h"
+#include "io/cursor.h"
 
 namespace gguf {
 
@@ -55,40 +56,12 @@ std::span<const float> Imatrix::weights(const std::string& tensor, int64_t n_per
 Imatrix Imatrix::load(const std::string& path) { return parse(open_file_source(path)); }
 
 Imatrix Imatrix::parse(std::shared_ptr<const ByteSource> src) {
-  uint32_t magic = 0;
-  if (src->size() >= 4) std::memcpy(&magic, src->bytes(0, 4).data(), 4);
+  Cursor c(*src);
+  const uint32_t magic = c.left() >= 4 ? c.read<uint32_t>("magic") : 0;
   return magic == kMagic ? parse_gguf(std::move(src)) : parse_legacy(*src);
 }
 
 namespace {
-
-class Reader {
- public:
-  explicit Reader(const ByteSource& s) : s_(s) {}
-  uint64_t pos() const { return pos_; }
-  uint64_t left() const { return s_.size() - pos_; }
-  int32_t i32(const std::string& object, const char* what) {
-    if (left() < 4)
-      throw Error(s_.name(), object, pos_,
-                  fmt::format("{} runs past end of file (needs 4 bytes, {} left)", what, left()));
-    int32_t v;
-    std::memcpy(&v, s_.bytes(pos_, 4).data(), 4);
-    pos_ += 4;
-    return v;
-  }
-  std::span<const uint8_t> take(uint64_t n, const std::string& object, const char* what) {
-    if (n > left())
-      throw Error(s_.name(), object, pos_,
-                  fmt::format("{} of {} bytes runs past end of file ({} left)", what, n, left()));
-    const auto b = s_.bytes(pos_, n);
-    pos_ += n;
-    return b;
-  }
-
- private:
-  const ByteSource& s_;
-  uint64_t pos_ = 0;
-};
 
 // Importance values are means (or sums) of squared activations: a negative or non-finite one
 // would turn into a negative or NaN weight inside the quantizers' searches.
@@ -104,60 +77,58 @@ void check_values(const std::string& path, const std::string& name, const float*
 }  // namespace
 
 Imatrix Imatrix::parse_legacy(const ByteSource& src) {
-  const std::string& path = src.name();
-  Reader r(src);
+  Cursor r(src);
   Imatrix m;
   m.legacy_ = true;
-  m.path_ = path;
-  const int32_t n = r.i32("", "entry count");
+  m.path_ = src.name();
+  const int32_t n = r.read<int32_t>("entry count");
   // Each entry needs at least 12 bytes (name length, ncall, nval).
   if (n < 0 || static_cast<uint64_t>(n) > r.left() / 12)
-    throw Error(path, {}, 0,
-                fmt::format("entry count {} is impossible for a file of {} bytes (not a "
-                            "llama.cpp imatrix?)",
-                            n, src.size()));
+    r.fail(0, fmt::format("entry count {} is impossible for a file of {} bytes (not a "
+                          "llama.cpp imatrix?)",
+                          n, src.size()));
   for (int32_t i = 0; i < n; ++i) {
-    const std::string entry = fmt::format("entry #{}", i);
+    r.set_object(fmt::format("entry #{}", i));
     const uint64_t at = r.pos();
-    const int32_t len = r.i32(entry, "name length");
-    if (len <= 0) throw Error(path, entry, at, fmt::format("name length {} is not positive", len));
-    const auto nb = r.take(static_cast<uint64_t>(len), entry, "name");
+    const int32_t len = r.read<int32_t>("name length");
+    if (len <= 0) r.fail(at, fmt::format("name length {} is not positive", len));
+    const auto nb = r.take(static_cast<uint64_t>(len), "name");
     std::string name(reinterpret_cast<const char*>(nb.data()), nb.size());
-    const std::string object = tensor_object(name);
+    r.set_object(tensor_object(name));
     const uint64_t ncall_at = r.pos();
-    const int32_t ncall = r.i32(object, "ncall");
-    if (ncall < 0) throw Error(path, object, ncall_at, fmt::format("ncall {} is negative", ncall));
+    const int32_t ncall = r.read<int32_t>("ncall");
+    if (ncall < 0) r.fail(ncall_at, fmt::format("ncall {} is negative", ncall));
     const uint64_t nval_at = r.pos();
-    const int32_t nval = r.i32(object, "nval");
-    if (nval <= 0) throw Error(path, object, nval_at, fmt::format("nval {} is not positive", nval));
+    const int32_t nval = r.read<int32_t>("nval");
+    if (nval <= 0) r.fail(nval_at, fmt::format("nval {} is not positive", nval));
     const uint64_t values_at = r.pos();
-    const auto vb = r.take(static_cast<uint64_t>(nval) * 4, object, "values");
+    const auto vb = r.take(static_cast<uint64_t>(nval) * 4, "values");
     ImatrixEntry e;
     e.at = nval_at;
     e.values.resize(static_cast<size_t>(nval));
     std::memcpy(e.values.data(), vb.data(), vb.size());
     // The value as stored: a sum over ncall calls (dividing keeps its sign and finiteness).
-    check_values(path, name, e.values.data(), e.values.size(), values_at, "value",
+    check_values(r.file(), name, e.values.data(), e.values.size(), values_at, "value",
                  ncall > 1 ? fmt::format(" (a sum over {} calls)", ncall) : std::string());
     // Legacy files store sums over calls: the mean is what the quantizers weight by.
     if (ncall > 0)
       for (auto& v : e.values) v /= static_cast<float>(ncall);
-    if (!m.entries_.emplace(name, std::move(e)).second)
-      throw Error(path, object, at, "duplicate entry");
+    if (!m.entries_.emplace(name, std::move(e)).second) r.fail(at, "duplicate entry");
   }
   // The optional trailer: int32 last chunk, int32 dataset name length, the name.
+  r.set_object({});
   if (r.left() > 0 && r.left() < 8)
-    throw Error(path, {}, r.pos(),
-                fmt::format("{} byte{} after the last entry, too few for the trailer (int32 last "
-                            "chunk, int32 dataset name length, the name): a truncated file?",
-                            r.left(), r.left() == 1 ? "" : "s"));
+    r.fail(r.pos(),
+           fmt::format("{} byte{} after the last entry, too few for the trailer (int32 last "
+                       "chunk, int32 dataset name length, the name): a truncated file?",
+                       r.left(), r.left() == 1 ? "" : "s"));
   if (r.left() >= 8) {
-    m.chunk_count_ = r.i32("", "last chunk");
+    m.chunk_count_ = r.read<int32_t>("last chunk");
     const uint64_t at = r.pos();
-    const int32_t len = r.i32("", "dataset name length");
+    const int32_t len = r.read<int32_t>("dataset name length");
     if (len < 0 || static_cast<uint64_t>(len) > r.left())
-      throw Error(path, {}, at, fmt::format("dataset name length {} runs past end of file", len));
-    const auto b = r.take(static_cast<uint64_t>(len), "", "dataset name");
+      r.fail(at, fmt::format("dataset name length {} runs past end of file", len));
+    const auto b = r.take(static_cast<uint64_t>(len), "dataset name");
     // An empty name means none (llama-imatrix writes one when it had no prompt file).
     if (len > 0) m.datasets_.emplace_back(reinterpret_cast<const char*>(b.data()), b.size());
   }

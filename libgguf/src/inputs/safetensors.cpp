@@ -14,6 +14,7 @@
 #include "gguf/base/error.h"
 #include "gguf/base/escape.h"
 #include "gguf/format/file.h"
+#include "io/cursor.h"
 
 namespace gguf {
 namespace {
@@ -29,12 +30,6 @@ constexpr uint64_t kMaxHeaderBytes = 100'000'000;
 // The deepest a valid header nests: {"t": {"shape": [..]}}. A little room beyond, no more,
 // so a header of a million '[' is refused before it is built.
 constexpr int kMaxDepth = 8;
-
-uint64_t read_u64le(std::span<const uint8_t> b) {
-  uint64_t v = 0;
-  for (int i = 7; i >= 0; --i) v = (v << 8) | b[static_cast<size_t>(i)];
-  return v;
-}
 
 // The offset in the file of the key `name` at nesting depth `depth` of the header (1: the
 // header's own keys, tensors and __metadata__; 2: the keys inside them), compared as written
@@ -161,9 +156,11 @@ uint64_t safetensors_dtype_size(std::string_view dtype) {
 }
 
 bool SafetensorsFile::sniff(const ByteSource& source) {
-  if (source.size() < 10) return false;
-  const uint64_t n = read_u64le(source.bytes(0, 8));
-  return n >= 2 && n <= kMaxHeaderBytes && n <= source.size() - 8 && source.bytes(8, 1)[0] == '{';
+  Cursor c(source);
+  if (c.left() < 10) return false;
+  const auto n = c.read<uint64_t>("safetensors header length");
+  return n >= 2 && n <= kMaxHeaderBytes && n <= c.left() &&
+         c.take(1, "safetensors header")[0] == '{';
 }
 
 SafetensorsFile SafetensorsFile::open(const std::string& path) {
@@ -175,22 +172,20 @@ SafetensorsFile SafetensorsFile::parse(std::shared_ptr<const ByteSource> source)
   f.source_ = std::move(source);
   const std::string& path = f.source_->name();
   const uint64_t size = f.source_->size();
+  Cursor c(*f.source_);
   if (size < 8)
-    throw Error(path, {}, 0,
-                fmt::format("file is {} bytes long: a safetensors file starts with an 8-byte "
-                            "header length",
-                            size));
-  const uint64_t n = read_u64le(f.source_->bytes(0, 8));
+    c.fail(0, fmt::format("file is {} bytes long: a safetensors file starts with an 8-byte "
+                          "header length",
+                          size));
+  const auto n = c.read<uint64_t>("safetensors header length");
   if (n > kMaxHeaderBytes)
-    throw Error(path, {}, 0,
-                fmt::format("safetensors header length {} is over the format's limit of {} bytes",
-                            n, kMaxHeaderBytes));
-  if (n > size - 8)
-    throw Error(path, {}, 0,
-                fmt::format("safetensors header length {} runs past the end of the file ({} "
-                            "bytes after the length)",
-                            n, size - 8));
-  const auto hb = f.source_->bytes(8, n);
+    c.fail(0, fmt::format("safetensors header length {} is over the format's limit of {} bytes", n,
+                          kMaxHeaderBytes));
+  if (n > c.left())
+    c.fail(0, fmt::format("safetensors header length {} runs past the end of the file ({} "
+                          "bytes after the length)",
+                          n, c.left()));
+  const auto hb = c.take(n, "safetensors header");
   const std::string_view header(reinterpret_cast<const char*>(hb.data()), hb.size());
   if (header.empty() || header.front() != '{')
     throw Error(path, {}, 8, "safetensors header does not start with '{'");
