@@ -750,9 +750,6 @@ TEST(check, scale_fields_agree_with_ggml_decoders) {
   }
 }
 
-// ggml's gguf_init_from_file accepts the file (metadata only).
-bool ggml_accepts(const std::string& path) { return testing::GgmlRef::get().gguf_accepts(path); }
-
 TEST(check, errors_agree_with_ggml_reader) {
   // For files our reader accepts, check_model finds an error exactly when ggml refuses.
   GGUF_REQUIRE_GGML();
@@ -783,7 +780,7 @@ TEST(check, errors_agree_with_ggml_reader) {
     const Model m = Model::open(path);
     bool errors = false;
     for (const Problem& p : check_model(m)) errors |= p.severity == "error";
-    EXPECT_EQ(errors, !ggml_accepts(path));
+    EXPECT_EQ(errors, !testing::GgmlRef::get().gguf_accepts(path));
   }
 }
 

@@ -26,13 +26,7 @@ using testing::ScratchDir;
 // ggml's gguf.h, as function pointers resolved from the library (signatures from
 // ggml/include/gguf.h; enums are passed as int).
 struct GgufApi {
-  struct InitParams {
-    bool no_alloc;
-    void** ctx;
-  };
   using Ctx = const void*;
-  void* (*init_from_file)(const char*, InitParams) = nullptr;
-  void (*free)(void*) = nullptr;
   uint32_t (*get_version)(Ctx) = nullptr;
   size_t (*get_alignment)(Ctx) = nullptr;
   size_t (*get_data_offset)(Ctx) = nullptr;
@@ -65,7 +59,6 @@ struct GgufApi {
   void* (*ggml_get_tensor)(void*, const char*) = nullptr;
   void* (*ggml_get_data)(const void*) = nullptr;
   size_t (*ggml_nbytes)(const void*) = nullptr;
-  void (*ggml_free)(void*) = nullptr;
 
   std::string missing;  // names of required symbols that were not found
 
@@ -76,8 +69,6 @@ struct GgufApi {
       auto load = [&](auto& fn, const char* name, bool required = true) {
         g.bind(fn, name, a.missing, required);
       };
-      load(a.init_from_file, "gguf_init_from_file");
-      load(a.free, "gguf_free");
       load(a.get_version, "gguf_get_version");
       load(a.get_alignment, "gguf_get_alignment");
       load(a.get_data_offset, "gguf_get_data_offset");
@@ -109,29 +100,13 @@ struct GgufApi {
       load(a.ggml_get_tensor, "ggml_get_tensor");
       load(a.ggml_get_data, "ggml_get_data");
       load(a.ggml_nbytes, "ggml_nbytes");
-      load(a.ggml_free, "ggml_free");
       return a;
     }();
     return api;
   }
 };
 
-// A file opened by ggml; null ctx when ggml refused it.
-struct GgmlFile {
-  void* ctx = nullptr;
-  void* data_ctx = nullptr;  // ggml_context holding the tensors, when data was loaded
-  GgmlFile(const std::string& path, bool load_data) {
-    const auto& api = GgufApi::get();
-    ctx = api.init_from_file(path.c_str(), {!load_data, load_data ? &data_ctx : nullptr});
-  }
-  ~GgmlFile() {
-    const auto& api = GgufApi::get();
-    if (data_ctx) api.ggml_free(data_ctx);
-    if (ctx) api.free(ctx);
-  }
-  GgmlFile(const GgmlFile&) = delete;
-  GgmlFile& operator=(const GgmlFile&) = delete;
-};
+using testing::GgmlGguf;
 
 #define GGUF_REQUIRE_GGUF_API()                                                \
   do {                                                                         \
@@ -192,29 +167,29 @@ void expect_same_value(const GgufApi& api, const void* ctx, int64_t id, const Va
 void expect_ggml_agrees(const std::string& path, const Metadata& md,
                         const std::vector<const PlanTensor*>& tensors, uint32_t version = 3) {
   const auto& api = GgufApi::get();
-  GgmlFile g(path, false);
-  ASSERT_NE(g.ctx, nullptr) << "ggml refused " << path;
+  GgmlGguf g(path, false);
+  ASSERT_NE(g.ctx(), nullptr) << "ggml refused " << path;
   const auto ours = GgufFile::open(path);
-  EXPECT_EQ(api.get_version(g.ctx), version);
-  EXPECT_EQ(api.get_alignment(g.ctx), ours->alignment());
-  EXPECT_EQ(api.get_data_offset(g.ctx), ours->data_offset());
-  ASSERT_EQ(api.get_n_kv(g.ctx), static_cast<int64_t>(md.size()));
+  EXPECT_EQ(api.get_version(g.ctx()), version);
+  EXPECT_EQ(api.get_alignment(g.ctx()), ours->alignment());
+  EXPECT_EQ(api.get_data_offset(g.ctx()), ours->data_offset());
+  ASSERT_EQ(api.get_n_kv(g.ctx()), static_cast<int64_t>(md.size()));
   for (size_t i = 0; i < md.size(); ++i) {
     const KeyValue& kv = md.entries()[i];
     SCOPED_TRACE(kv.key);
-    EXPECT_EQ(api.get_key(g.ctx, i), kv.key);
-    expect_same_value(api, g.ctx, static_cast<int64_t>(i), kv.value);
+    EXPECT_EQ(api.get_key(g.ctx(), i), kv.key);
+    expect_same_value(api, g.ctx(), static_cast<int64_t>(i), kv.value);
   }
-  ASSERT_EQ(api.get_n_tensors(g.ctx), static_cast<int64_t>(tensors.size()));
+  ASSERT_EQ(api.get_n_tensors(g.ctx()), static_cast<int64_t>(tensors.size()));
   for (size_t i = 0; i < tensors.size(); ++i) {
     const PlanTensor& t = *tensors[i];
     SCOPED_TRACE(t.name);
-    EXPECT_EQ(api.get_tensor_name(g.ctx, i), t.name);
-    EXPECT_EQ(api.get_tensor_type(g.ctx, i), static_cast<int>(t.type_id));
-    EXPECT_EQ(api.get_tensor_offset(g.ctx, i), ours->tensors()[i].offset);
-    EXPECT_EQ(api.get_tensor_size(g.ctx, i), t.bytes);
+    EXPECT_EQ(api.get_tensor_name(g.ctx(), i), t.name);
+    EXPECT_EQ(api.get_tensor_type(g.ctx(), i), static_cast<int>(t.type_id));
+    EXPECT_EQ(api.get_tensor_offset(g.ctx(), i), ours->tensors()[i].offset);
+    EXPECT_EQ(api.get_tensor_size(g.ctx(), i), t.bytes);
     if (api.get_tensor_ne) {
-      const int64_t* ne = api.get_tensor_ne(g.ctx, i);
+      const int64_t* ne = api.get_tensor_ne(g.ctx(), i);
       for (size_t d = 0; d < 4; ++d) EXPECT_EQ(ne[d], d < t.shape.size() ? t.shape[d] : 1) << d;
     }
   }
@@ -333,12 +308,12 @@ TEST(ggml_reader, loads_the_same_payload_bytes) {
   plan.tensors = mixed_tensors();
   write_plan(plan, dir.file("d.gguf"), {});
   // Loading data makes ggml read the whole padded blob, final padding included.
-  GgmlFile g(dir.file("d.gguf"), true);
-  ASSERT_NE(g.ctx, nullptr);
-  ASSERT_NE(g.data_ctx, nullptr);
+  GgmlGguf g(dir.file("d.gguf"), true);
+  ASSERT_NE(g.ctx(), nullptr);
+  ASSERT_NE(g.data_ctx(), nullptr);
   for (const auto& t : plan.tensors) {
     SCOPED_TRACE(t.name);
-    void* gt = api.ggml_get_tensor(g.data_ctx, t.name.c_str());
+    void* gt = api.ggml_get_tensor(g.data_ctx(), t.name.c_str());
     ASSERT_NE(gt, nullptr);
     ASSERT_EQ(api.ggml_nbytes(gt), t.bytes);
     const auto* data = static_cast<const uint8_t*>(api.ggml_get_data(gt));
@@ -383,8 +358,8 @@ TEST(ggml_reader, refuses_what_the_writer_must_not_write) {
   const std::string path = dir.file("p.gguf");
   write_plan(plan, path, {});
   {
-    GgmlFile ok(path, true);
-    EXPECT_NE(ok.ctx, nullptr);
+    GgmlGguf ok(path, true);
+    EXPECT_NE(ok.ctx(), nullptr);
   }
   const auto f = GgufFile::open(path);
   const TensorInfo& b = f->tensors()[1];
@@ -395,8 +370,8 @@ TEST(ggml_reader, refuses_what_the_writer_must_not_write) {
     // Truncated by the final padding: our reader accepts it, ggml cannot load the blob.
     std::filesystem::copy_file(path, dir.file("short.gguf"));
     std::filesystem::resize_file(dir.file("short.gguf"), f->file_size() - final_pad);
-    GgmlFile g(dir.file("short.gguf"), true);
-    EXPECT_EQ(g.ctx, nullptr);
+    GgmlGguf g(dir.file("short.gguf"), true);
+    EXPECT_EQ(g.ctx(), nullptr);
   }
   {
     // One alignment unit of gap before "b".
@@ -406,8 +381,8 @@ TEST(ggml_reader, refuses_what_the_writer_must_not_write) {
     io.seekp(static_cast<std::streamoff>(at));
     io.write(reinterpret_cast<const char*>(&off), 8);
     io.close();
-    GgmlFile g(dir.file("gap.gguf"), false);
-    EXPECT_EQ(g.ctx, nullptr);
+    GgmlGguf g(dir.file("gap.gguf"), false);
+    EXPECT_EQ(g.ctx(), nullptr);
   }
 }
 
@@ -432,11 +407,11 @@ TEST(ggml_reader, agrees_on_odd_files_other_tools_may_write) {
     b.u32("general.alignment", 32);
     b.tensor("a", 0, {8}, std::vector<uint8_t>(128, 7));
     b.write_file(dir.file("nul.gguf"));
-    GgmlFile g(dir.file("nul.gguf"), false);
+    GgmlGguf g(dir.file("nul.gguf"), false);
     const auto f = ours(dir.file("nul.gguf"));
-    ASSERT_NE(g.ctx, nullptr);
+    ASSERT_NE(g.ctx(), nullptr);
     ASSERT_NE(f, nullptr);
-    EXPECT_EQ(api.get_data_offset(g.ctx), f->data_offset());
+    EXPECT_EQ(api.get_data_offset(g.ctx()), f->data_offset());
   }
   {
     // Every tensor empty, but the data section would start past the end of the file.
@@ -444,8 +419,8 @@ TEST(ggml_reader, agrees_on_odd_files_other_tools_may_write) {
     b.u32("general.alignment", 4096);
     b.tensor("z", 0, {0}, {});
     b.write_file(dir.file("past.gguf"));
-    GgmlFile g(dir.file("past.gguf"), false);
-    EXPECT_EQ(g.ctx, nullptr);
+    GgmlGguf g(dir.file("past.gguf"), false);
+    EXPECT_EQ(g.ctx(), nullptr);
     EXPECT_EQ(ours(dir.file("past.gguf")), nullptr);
   }
   {
@@ -453,8 +428,8 @@ TEST(ggml_reader, agrees_on_odd_files_other_tools_may_write) {
     GgufBuilder b;
     b.tensor("", 0, {8});
     b.write_file(dir.file("empty.gguf"));
-    GgmlFile g(dir.file("empty.gguf"), false);
-    EXPECT_NE(g.ctx, nullptr);
+    GgmlGguf g(dir.file("empty.gguf"), false);
+    EXPECT_NE(g.ctx(), nullptr);
     EXPECT_NE(ours(dir.file("empty.gguf")), nullptr);
   }
 }
@@ -485,20 +460,20 @@ TEST(ggml_reader, decodes_packed_affine_imports_to_the_same_bits) {
           const std::string out =
               dir.file("out-" + std::to_string(seed) + (type ? "-q5_1" : "") + ".gguf");
           write_plan(r.plan, out, {});
-          GgmlFile g(out, true);
-          ASSERT_NE(g.ctx, nullptr);
-          ASSERT_NE(g.data_ctx, nullptr);
+          GgmlGguf g(out, true);
+          ASSERT_NE(g.ctx(), nullptr);
+          ASSERT_NE(g.data_ctx(), nullptr);
           for (const char* name : {"blk.0.ffn_down_exps.weight", "blk.0.attn_output.weight"}) {
             const auto& d = af.data(name);
             const int64_t id = [&] {
-              for (int64_t i = 0; i < api.get_n_tensors(g.ctx); ++i)
-                if (std::string(api.get_tensor_name(g.ctx, i)) == name) return i;
+              for (int64_t i = 0; i < api.get_n_tensors(g.ctx()); ++i)
+                if (std::string(api.get_tensor_name(g.ctx(), i)) == name) return i;
               return int64_t{-1};
             }();
             ASSERT_GE(id, 0) << name;
             const int want_type = type || bits == 5 ? 7 : 3;  // GGML_TYPE_Q5_1, GGML_TYPE_Q4_1
-            EXPECT_EQ(api.get_tensor_type(g.ctx, id), want_type);
-            void* gt = api.ggml_get_tensor(g.data_ctx, name);
+            EXPECT_EQ(api.get_tensor_type(g.ctx(), id), want_type);
+            void* gt = api.ggml_get_tensor(g.data_ctx(), name);
             ASSERT_NE(gt, nullptr);
             const uint64_t n = d.rows * d.cols;
             std::vector<float> got(n);

@@ -169,21 +169,14 @@ TEST(nul_names, ggml_refuses_the_tensors_and_shadows_the_second_key) {
   EXPECT_FALSE(g.gguf_accepts(dir.file("names.gguf")));
   ASSERT_TRUE(g.gguf_accepts(dir.file("keys.gguf")));
 
-  struct InitParams {
-    bool no_alloc;
-    void** ctx;
-  };
-  const auto init =
-      reinterpret_cast<void* (*)(const char*, InitParams)>(g.symbol("gguf_init_from_file"));
   const auto find_key =
       reinterpret_cast<int64_t (*)(const void*, const char*)>(g.symbol("gguf_find_key"));
-  const auto free = reinterpret_cast<void (*)(void*)>(g.symbol("gguf_free"));
-  ASSERT_TRUE(init && find_key && free);
-  void* ctx = init(dir.file("keys.gguf").c_str(), {true, nullptr});
+  ASSERT_NE(find_key, nullptr);
+  const testing::GgmlGguf ggml(dir.file("keys.gguf"));
+  void* ctx = ggml.ctx();
   ASSERT_NE(ctx, nullptr);
   EXPECT_EQ(find_key(ctx, kKa.c_str()), 1);  // key 0 is general.architecture
   EXPECT_EQ(find_key(ctx, kKb.c_str()), 1);
-  free(ctx);
 }
 
 }  // namespace

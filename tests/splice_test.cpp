@@ -306,36 +306,28 @@ TEST(splice, small_alignment_of_the_base_is_raised_to_32) {
 TEST(splice, ggml_reader_accepts_the_output) {
   GGUF_REQUIRE_GGML();
   const auto& g = testing::GgmlRef::get();
-  struct InitParams {
-    bool no_alloc;
-    void** ctx;
-  };
-  using Init = void* (*)(const char*, InitParams);
   using Count = int64_t (*)(const void*);
   using DataOffset = size_t (*)(const void*);
   using TensorOffset = size_t (*)(const void*, int64_t);
-  using Free = void (*)(void*);
-  const auto init = reinterpret_cast<Init>(g.symbol("gguf_init_from_file"));
   const auto n_tensors = reinterpret_cast<Count>(g.symbol("gguf_get_n_tensors"));
   const auto n_kv = reinterpret_cast<Count>(g.symbol("gguf_get_n_kv"));
   const auto data_offset = reinterpret_cast<DataOffset>(g.symbol("gguf_get_data_offset"));
   const auto tensor_offset = reinterpret_cast<TensorOffset>(g.symbol("gguf_get_tensor_offset"));
-  const auto free_ctx = reinterpret_cast<Free>(g.symbol("gguf_free"));
-  ASSERT_TRUE(init && n_tensors && n_kv && data_offset && tensor_offset && free_ctx);
+  ASSERT_TRUE(n_tensors && n_kv && data_offset && tensor_offset);
 
   const Model base = Model::open(fx().base), donor = Model::open(fx().donor);
   Scratch dir;
   const std::string path = dir.file("out.gguf");
   write_plan(splice_one(base, donor, selector({"3-5"})).plan, path, {});
   const Model out = Model::open(path);
-  void* ctx = init(path.c_str(), InitParams{true, nullptr});
+  const testing::GgmlGguf ggml(path);
+  void* ctx = ggml.ctx();
   ASSERT_NE(ctx, nullptr) << "ggml refused " << path;
   EXPECT_EQ(n_tensors(ctx), static_cast<int64_t>(out.tensors().size()));
   EXPECT_EQ(n_kv(ctx), static_cast<int64_t>(out.metadata().size()));
   EXPECT_EQ(data_offset(ctx), out.first().data_offset());
   for (size_t i = 0; i < out.tensors().size(); ++i)
     EXPECT_EQ(tensor_offset(ctx, static_cast<int64_t>(i)), out.tensors()[i].info->offset);
-  free_ctx(ctx);
 }
 
 TEST(splice, split_base_donor_and_output) {

@@ -50,20 +50,30 @@ bool references_required() {
 }
 
 bool GgmlRef::gguf_accepts(const std::string& path, bool load_data) const {
-  struct InitParams {  // gguf.h: struct gguf_init_params
-    bool no_alloc;
-    void** ctx;
-  };
-  const auto init =
-      reinterpret_cast<void* (*)(const char*, InitParams)>(symbol("gguf_init_from_file"));
-  const auto free_gguf = reinterpret_cast<void (*)(void*)>(symbol("gguf_free"));
-  const auto free_ggml = reinterpret_cast<void (*)(void*)>(symbol("ggml_free"));
-  if (!init || !free_gguf || !free_ggml) return false;
-  void* data = nullptr;
-  void* ctx = init(path.c_str(), {!load_data, load_data ? &data : nullptr});
-  if (data) free_ggml(data);
-  if (ctx) free_gguf(ctx);
-  return ctx != nullptr;
+  return GgmlGguf(path, load_data).accepted();
+}
+
+namespace {
+
+struct InitParams {  // gguf.h: struct gguf_init_params
+  bool no_alloc;
+  void** ctx;
+};
+
+}  // namespace
+
+GgmlGguf::GgmlGguf(const std::string& path, bool load_data) {
+  const auto init = reinterpret_cast<void* (*)(const char*, InitParams)>(
+      GgmlRef::get().symbol("gguf_init_from_file"));
+  // Without the functions that free what it opens, nothing is opened.
+  if (!init || !GgmlRef::get().symbol("gguf_free") || !GgmlRef::get().symbol("ggml_free")) return;
+  ctx_ = init(path.c_str(), {!load_data, load_data ? &data_ctx_ : nullptr});
+}
+
+GgmlGguf::~GgmlGguf() {
+  const auto& g = GgmlRef::get();
+  if (data_ctx_) reinterpret_cast<void (*)(void*)>(g.symbol("ggml_free"))(data_ctx_);
+  if (ctx_) reinterpret_cast<void (*)(void*)>(g.symbol("gguf_free"))(ctx_);
 }
 
 size_t GgmlRef::quantize_chunk(int type, const float* src, void* dst, int64_t start, int64_t nrows,

@@ -33,7 +33,7 @@ class GgmlRef {
   int64_t blck_size(int type) const;
 
   // ggml's gguf_init_from_file accepts the file at path: its header, and with load_data also
-  // every tensor's data, read into a ggml context as a model load does.
+  // every tensor's data, read into a ggml context as a model load does (see GgmlGguf).
   bool gguf_accepts(const std::string& path, bool load_data = false) const;
 
   // Raw symbol lookup for tests that need more (e.g. the gguf_* reader API).
@@ -50,6 +50,25 @@ class GgmlRef {
   GgmlRef();
   void* handle_ = nullptr;
   std::string path_, reason_;
+};
+
+// A GGUF file as ggml's own reader opens it (gguf_init_from_file), freed at scope exit: the
+// one way tests ask ggml whether it accepts a file. ctx() is null when ggml refused it (or is
+// unavailable); with load_data ggml also reads every tensor's data, into data_ctx().
+class GgmlGguf {
+ public:
+  explicit GgmlGguf(const std::string& path, bool load_data = false);
+  ~GgmlGguf();
+  GgmlGguf(const GgmlGguf&) = delete;
+  GgmlGguf& operator=(const GgmlGguf&) = delete;
+
+  bool accepted() const { return ctx_ != nullptr; }
+  void* ctx() const { return ctx_; }            // a gguf_context*, for the gguf_get_* API
+  void* data_ctx() const { return data_ctx_; }  // a ggml_context*, when data was loaded
+
+ private:
+  void* ctx_ = nullptr;
+  void* data_ctx_ = nullptr;
 };
 
 // Whether the environment asks for every reference implementation (ggml, llama.cpp, Hugging
