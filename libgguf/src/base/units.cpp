@@ -1,8 +1,9 @@
-// Byte counts for people (binary units, two decimals).
+// Byte counts for people (binary units, two decimals), floats with their bits.
 #include "gguf/base/units.h"
 
 #include <fmt/format.h>
 
+#include <cstring>
 #include <iterator>
 
 namespace gguf {
@@ -14,6 +15,12 @@ std::string human_bytes(uint64_t bytes) {
   size_t u = 0;
   while (v >= 1024.0 && u + 1 < std::size(kUnits)) v /= 1024.0, ++u;
   return fmt::format("{:.2f} {}", v, kUnits[u]);
+}
+
+std::string float_with_bits(float f) {
+  uint32_t b;
+  std::memcpy(&b, &f, 4);
+  return fmt::format("{} (bits 0x{:08x})", f, b);
 }
 
 }  // namespace gguf

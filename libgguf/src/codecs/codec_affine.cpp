@@ -13,9 +13,8 @@
 #include "gguf/base/error.h"
 #include "gguf/base/escape.h"
 #include "gguf/base/fp16.h"
+#include "gguf/codecs/affine.h"
 #include "gguf/format/file.h"
-#include "gguf/ops/affine.h"
-#include "gguf/ops/exact.h"
 
 namespace gguf {
 namespace {

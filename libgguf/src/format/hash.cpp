@@ -11,9 +11,9 @@
 #include <vector>
 
 #include "base/xxh3.h"
+#include "format/encoder.h"
 #include "gguf/base/threads.h"
 #include "gguf/io/source.h"
-#include "write/serialize.h"
 
 namespace gguf {
 

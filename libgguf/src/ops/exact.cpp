@@ -38,12 +38,6 @@ ExactPath exact_path(GgmlType from, GgmlType to, std::string& why) {
   return ExactPath::kNone;
 }
 
-std::string float_with_bits(float f) {
-  uint32_t b;
-  std::memcpy(&b, &f, 4);
-  return fmt::format("{} (bits 0x{:08x})", f, b);
-}
-
 ExactProof prove_exact(const Model& source, const RequantResult& result, const Model& written,
                        unsigned threads, std::span<const std::string> names) {
   ExactProof proof;

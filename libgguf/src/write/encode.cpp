@@ -13,10 +13,10 @@
 
 #include "gguf/base/error.h"
 #include "gguf/base/escape.h"
+#include "gguf/base/units.h"
+#include "gguf/codecs/block_scales.h"
 #include "gguf/codecs/codecs.h"
 #include "gguf/format/file.h"
-#include "gguf/ops/check.h"
-#include "gguf/ops/exact.h"
 
 namespace gguf {
 namespace {

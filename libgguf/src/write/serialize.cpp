@@ -10,13 +10,11 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "format/encoder.h"
 #include "gguf/format/file.h"
 #include "gguf/write/writer.h"
 
 namespace gguf {
-
-static_assert(std::endian::native == std::endian::little,
-              "the writer copies scalars as host bytes; GGUF is little-endian");
 
 namespace detail {
 
@@ -101,64 +99,6 @@ void validate_header(const Metadata& metadata, uint32_t version,
                   fmt::format("payload is {} bytes, but type {} and shape [{}] need {}", t->bytes,
                               type_name(t->type_id), fmt::join(t->shape, ", "), want));
   }
-}
-
-namespace {
-
-uint64_t value_bytes(const Value& v) {
-  if (v.type() == ValueType::kString) return 8 + v.as_string()->size();
-  if (!v.is_array()) return scalar_size(v.type());
-  uint64_t n = 4 + 8;
-  if (v.array_type() != ValueType::kString) return n + v.packed().size();
-  for (const auto& s : v.strings()) n += 8 + s.size();
-  return n;
-}
-
-// Appends little-endian values to a byte vector of known final size.
-class Encoder {
- public:
-  explicit Encoder(std::vector<uint8_t>& out) : out_(out) {}
-  template <class T>
-  void put(T v) {
-    const size_t at = out_.size();
-    out_.resize(at + sizeof(T));
-    std::memcpy(out_.data() + at, &v, sizeof(T));
-  }
-  void raw(const void* p, size_t n) {
-    const auto* b = static_cast<const uint8_t*>(p);
-    out_.insert(out_.end(), b, b + n);
-  }
-  void string(std::string_view s) {
-    put<uint64_t>(s.size());
-    raw(s.data(), s.size());
-  }
-  void value(const Value& v) {
-    put<uint32_t>(static_cast<uint32_t>(v.type()));
-    if (v.type() == ValueType::kString) return string(*v.as_string());
-    if (!v.is_array()) {
-      const uint64_t bits = v.bits();
-      return raw(&bits, scalar_size(v.type()));
-    }
-    put<uint32_t>(static_cast<uint32_t>(v.array_type()));
-    put<uint64_t>(v.array_size());
-    if (v.array_type() == ValueType::kString) {
-      for (const auto& s : v.strings()) string(s);
-    } else {
-      raw(v.packed().data(), v.packed().size());
-    }
-  }
-
- private:
-  std::vector<uint8_t>& out_;
-};
-
-}  // namespace
-
-std::vector<uint8_t> encode_value(const Value& v) {
-  std::vector<uint8_t> out;
-  out.reserve(4 + value_bytes(v));
-  Encoder(out).value(v);
-  return out;
 }
 
 uint64_t metadata_bytes(const Metadata& metadata) {

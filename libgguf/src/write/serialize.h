@@ -25,8 +25,6 @@ void validate_header(const Metadata& metadata, uint32_t version,
 
 // Bytes of the encoded key/value section (without the fixed 24-byte preamble).
 uint64_t metadata_bytes(const Metadata& metadata);
-// A value as a GGUF header stores it: its u32 type, then its encoding.
-std::vector<uint8_t> encode_value(const Value& v);
 // Bytes of one encoded tensor info.
 uint64_t tensor_info_bytes(const PlanTensor& t);
 

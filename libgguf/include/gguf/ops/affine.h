@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "gguf/codecs/affine.h"
 #include "gguf/format/model.h"
 #include "gguf/format/types.h"
 #include "gguf/inputs/safetensors.h"
@@ -26,47 +27,11 @@
 
 namespace gguf {
 
-// One entry of the packed_affine metadata, checked against the file.
-struct PackedAffineTensor {
-  std::string name;
-  unsigned bits = 0;           // 1..8
-  uint64_t group = 0;          // columns per scale/min pair
-  std::vector<int64_t> shape;  // row-major, outermost first; the last dimension is the columns
-  const SafetensorsTensor* codes = nullptr;   // U8, ceil(n * bits / 8) bytes
-  const SafetensorsTensor* scales = nullptr;  // F16, shape with the last dimension cols / group
-  const SafetensorsTensor* mins = nullptr;    // F16, same shape as scales
-  uint64_t rows = 0, cols = 0;
-  uint64_t entry_offset = 0;  // where errors about it point: its entry in the header
-};
-
 // Parses __metadata__["packed_affine"] (absent: no packed tensors) and checks every entry
 // against the file: version 1; bits 1-8; a group that divides the columns; codes, scales and
 // mins present with the right dtype and size; no packed name that is also a tensor of the file.
 // Throws gguf::Error naming the file, the tensor and the byte of its header entry.
 std::vector<PackedAffineTensor> packed_affine_tensors(const SafetensorsFile& file);
-
-// The reconstructed values of elements [first, first + count) (row-major order): code * scale
-// + min in fp32, unfused, straight from the file's codes, scales and mins (the definition, kept
-// apart from the block packing below so that the proof does not check the packer against
-// itself). out.size() == count.
-void affine_values(const SafetensorsFile& file, const PackedAffineTensor& t, uint64_t first,
-                   uint64_t count, std::span<float> out);
-
-// Writes elements [first, first + count) as `type` (q4_1, q5_1 or f32) into out: whole blocks
-// (first and count multiples of 32) for q4_1 and q5_1. Throws when the type cannot hold the
-// tensor exactly (too many bits, a group that is not a multiple of 32).
-void affine_to_type(const SafetensorsFile& file, const PackedAffineTensor& t, GgmlType type,
-                    uint64_t first, uint64_t count, std::span<uint8_t> out);
-
-// Drops the pages of the codes, scales and mins of elements [first, first + count) from this
-// process (they stay in the page cache), so a 100 GB import keeps a bounded resident set.
-void release_affine_input(const SafetensorsFile& file, const PackedAffineTensor& t, uint64_t first,
-                          uint64_t count);
-
-// The type a packed tensor goes to: `requested` when it holds the values exactly, otherwise
-// (or with no request) nullopt and why in `why`; without a request, the smallest exact type.
-std::optional<GgmlType> affine_target(const PackedAffineTensor& t,
-                                      std::optional<GgmlType> requested, std::string& why);
 
 // The ggml type a plain safetensors dtype maps to byte for byte, or nullopt.
 std::optional<GgmlType> ggml_type_of_dtype(std::string_view dtype);

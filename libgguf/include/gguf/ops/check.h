@@ -47,12 +47,6 @@ std::vector<std::pair<size_t, std::string>> data_overlaps(const GgufFile& f);
 // warning naming the file and both tensors, or nothing.
 std::optional<std::string> overlap_warning(const Model& m);
 
-// The first block in `blocks` (whole blocks of a quantized type) whose scale is not finite (an
-// f16/f32 NaN or Inf, or mxfp4's E8M0 0xff): its index and the scale field's name ("d", "dmin",
-// "e", ...), or nothing (always nothing for types without such a scale, float types included).
-std::optional<std::pair<uint64_t, std::string>> first_nonfinite_scale(
-    GgmlType type, std::span<const uint8_t> blocks);
-
 // Keys llama.cpp's loader reads with an exact value type, refusing a model whose file holds
 // another; check_model reports them. A key starting with '.' follows the architecture
 // ("llama.block_count"); archs limits a rule to architectures whose loader reads the key.

@@ -15,6 +15,8 @@
 #include <span>
 #include <string>
 
+#include "gguf/base/units.h"
+#include "gguf/codecs/affine.h"
 #include "gguf/format/model.h"
 #include "gguf/format/types.h"
 #include "gguf/ops/requant.h"
@@ -23,17 +25,8 @@ namespace gguf {
 
 enum class ExactPath { kNone, kDecode, kRound, kTranscode };
 
-// "0.5 (bits 0x3f000000)": a float in messages about exactness, with its bits.
-std::string float_with_bits(float f);
-
 // How `from` moves to `to` exactly; kNone with the reason in `why` when it cannot.
 ExactPath exact_path(GgmlType from, GgmlType to, std::string& why);
-
-// q4_0 blocks to q4_1 or q5_0 to q5_1 (src holds whole blocks, dst the same count). Returns
-// the index of the first block whose min -8d (-16d) is not a finite f16 (a scale above 8188,
-// or 4094, or a non-finite one), when there is one; dst is then incomplete.
-std::optional<uint64_t> transcode_blocks(GgmlType from, GgmlType to, std::span<const uint8_t> src,
-                                         std::span<uint8_t> dst);
 
 struct ExactProof {
   uint64_t tensors = 0;             // re-encoded tensors read back
