@@ -119,5 +119,59 @@ TEST(planner_cli, plans_writes_the_recipe_and_the_file_of_the_predicted_size) {
   EXPECT_FALSE(std::filesystem::exists(dir.file("d.gguf")));
 }
 
+// The recipe and the model cannot share a file: whichever came second would replace the other.
+// Refused before anything is read or written, however the two paths are spelled.
+TEST(planner_cli, a_plan_out_that_is_the_output_is_a_usage_error) {
+  TempDir dir;
+  const std::string in = testing::write_f16_model(dir), out = dir.file("o.gguf");
+  std::filesystem::create_directory(dir.file("sub"));
+  std::filesystem::create_directory_symlink(dir.path(), dir.file("link"));
+  for (const std::string& plan :
+       {out, dir.file("sub/../o.gguf"), dir.file("./o.gguf"), dir.file("link/o.gguf")}) {
+    SCOPED_TRACE(plan);
+    const auto r = run_cli("gguf-requant", {in, "-o", out, "--target-size", "1.5m", "--plan-out",
+                                            plan, "--candidates", "q2_K,q8_0"});
+    EXPECT_EQ(r.code, 2);
+    EXPECT_EQ(r.err, "gguf-requant: error: --plan-out and -o name the same file ('" + plan +
+                         "'): give the recipe a path of its own\nTry 'gguf-requant --help' for "
+                         "more information.\n");
+    EXPECT_EQ(r.out, "");
+    EXPECT_FALSE(std::filesystem::exists(out));
+  }
+  // Two names of one existing file (a hard link): with --force either would replace it.
+  { std::ofstream(out) << "keep"; }
+  std::filesystem::create_hard_link(out, dir.file("hard.txt"));
+  const auto h =
+      run_cli("gguf-requant", {in, "-o", out, "--target-size", "1.5m", "--plan-out",
+                               dir.file("hard.txt"), "--force", "--candidates", "q2_K,q8_0"});
+  EXPECT_EQ(h.code, 2);
+  EXPECT_NE(h.err.find("--plan-out and -o name the same file"), std::string::npos) << h.err;
+  EXPECT_EQ(read_text(out), "keep");
+}
+
+// The recipe is written last, after the model is written and verified: a write that fails
+// leaves neither (here the output exists, without --force, which only the write finds out).
+TEST(planner_cli, a_failed_write_leaves_no_recipe) {
+  TempDir dir;
+  const std::string in = testing::write_f16_model(dir), out = dir.file("o.gguf");
+  const std::string recipe = dir.file("plan.txt");
+  { std::ofstream(out) << "keep"; }
+  const auto before = dir.entries();
+  const auto r = run_cli("gguf-requant", {in, "-o", out, "--target-size", "1.5m", "--plan-out",
+                                          recipe, "--candidates", "q2_K,q8_0", "-q"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(r.err, "gguf-requant: error: " + out +
+                       ": output file exists; use --force to replace it\nTry 'gguf-requant "
+                       "--help' for more information.\n");
+  EXPECT_EQ(dir.entries(), before);  // no recipe, no temporary file
+  EXPECT_EQ(read_text(out), "keep");
+  // With --force, both appear, the recipe naming the types the model holds.
+  const auto f = run_cli("gguf-requant", {in, "-o", out, "--target-size", "1.5m", "--plan-out",
+                                          recipe, "--candidates", "q2_K,q8_0", "-q", "--force"});
+  ASSERT_EQ(f.code, 0) << f.err;
+  EXPECT_NE(read_text(recipe).find("=q2_K\n"), std::string::npos);
+  EXPECT_NE(read_text(out), "keep");
+}
+
 }  // namespace
 }  // namespace gguf

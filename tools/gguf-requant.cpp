@@ -84,6 +84,7 @@ int run(int argc, char** argv) {
   notes(done.result().notes);
   a.ex.write.inputs = done.inputs;
   a.ex.write.split_tensor_counts = done.split_tensor_counts;
+  a.ex.side_files = std::move(done.side_files);
   if (done.planned)
     return write_and_render(a, done.planned->requant.plan, done.planned->file_bytes, "requant",
                             *done.planned,

@@ -2,6 +2,7 @@
 #include "cli/requant_options.h"
 
 #include "gguf/base/error.h"
+#include "gguf/base/escape.h"
 #include "gguf/codecs/codecs.h"
 #include "gguf/write/plan.h"
 
@@ -123,6 +124,11 @@ RequantRequest check_requant_args(RequantArgs& a, const po::variables_map& vm, i
     m.donors = a.donors;
     m.untie_gate_up = a.untie;
     m.plan_out = a.plan_out;
+    // The recipe would replace the model it describes (or the model the recipe).
+    if (!a.plan_out.empty() && !a.out.empty() && same_output_file(a.plan_out, a.out))
+      usage_error(fmt::format(
+          "--plan-out and -o name the same file ('{}'): give the recipe a path of its own",
+          escape_for_terminal(a.plan_out)));
   }
   if (a.exact && !a.imatrix_path.empty())
     usage_error("--imatrix has no use with --exact: exact paths quantize nothing");

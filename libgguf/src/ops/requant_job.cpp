@@ -25,8 +25,9 @@ std::vector<TypeRule> parse_type_rules(const RuleArgs& a) {
 
 namespace {
 
-// The budgeted mix: the budget parsed, the plan-out path checked before the measuring, the
-// recipe written after it.
+// The budgeted mix: the budget parsed, the plan-out path checked before the measuring (against
+// every input: it is written last, after the GGUF, and must not fail then for what was known
+// now), the recipe kept for execute_plan.
 void plan_job(RequantJobResult& r, const RequantJob& job, std::vector<TypeRule> rules,
               const WriteOptions& write) {
   const MixRequest& m = *job.mix;
@@ -34,7 +35,14 @@ void plan_job(RequantJobResult& r, const RequantJob& job, std::vector<TypeRule> 
   if (m.target_size) po.target_size = parse_target_size(*m.target_size);
   if (m.target_bpw) po.target_bpw = parse_target_bpw(*m.target_bpw);
   if (m.candidates) po.candidates = parse_candidates(*m.candidates);
-  if (!m.plan_out.empty()) check_output(m.plan_out, write);
+  if (!m.plan_out.empty()) {
+    WriteOptions wo = write;
+    for (const auto& s : r.model->shards()) wo.inputs.push_back(s->path());
+    for (const std::string* p : {&job.imatrix_path, &job.recipe_from})
+      if (!p->empty()) wo.inputs.push_back(*p);
+    wo.inputs.insert(wo.inputs.end(), m.donors.begin(), m.donors.end());
+    check_output(m.plan_out, wo);
+  }
   for (const auto& d : m.donors) r.donors.push_back(std::make_shared<const Model>(Model::open(d)));
   for (const auto& d : r.donors) po.donors.push_back(d.get());
   po.donor_paths = m.donors;
@@ -48,12 +56,7 @@ void plan_job(RequantJobResult& r, const RequantJob& job, std::vector<TypeRule> 
   r.planned = plan_mix(*r.model, po);
   r.inputs = r.planned->requant.inputs;
   if (r.imatrix) r.inputs.push_back(job.imatrix_path);
-  if (!m.plan_out.empty()) {
-    const std::string recipe = plan_recipe(*r.planned);
-    WriteOptions wo = write;
-    wo.inputs = r.inputs;
-    write_file(m.plan_out, {reinterpret_cast<const uint8_t*>(recipe.data()), recipe.size()}, wo);
-  }
+  if (!m.plan_out.empty()) r.side_files.push_back({m.plan_out, plan_recipe(*r.planned)});
 }
 
 }  // namespace

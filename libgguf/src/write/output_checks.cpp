@@ -121,3 +121,19 @@ void check_output_path(const std::string& out, const std::vector<Identity>& inpu
 }
 
 }  // namespace gguf::detail
+
+namespace gguf {
+
+bool same_output_file(const std::string& a, const std::string& b) {
+  namespace fs = std::filesystem;
+  struct stat sa {
+  }, sb{};
+  if (::stat(a.c_str(), &sa) == 0 && ::stat(b.c_str(), &sb) == 0)
+    return sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+  std::error_code ea, eb;
+  const fs::path ca = fs::weakly_canonical(fs::absolute(a, ea), ea);
+  const fs::path cb = fs::weakly_canonical(fs::absolute(b, eb), eb);
+  return ea || eb ? a == b : ca == cb;
+}
+
+}  // namespace gguf

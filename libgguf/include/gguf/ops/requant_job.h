@@ -19,6 +19,7 @@
 #include "gguf/ops/affine.h"
 #include "gguf/ops/planner.h"
 #include "gguf/ops/requant.h"
+#include "gguf/write/execute.h"
 #include "gguf/write/writer.h"
 
 namespace gguf {
@@ -71,12 +72,13 @@ struct RequantJobResult {
   std::optional<PlannerResult> planned;       // with one (its requant is the plan to write)
   std::vector<std::string> inputs;            // every file read: for WriteOptions::inputs
   std::vector<uint64_t> split_tensor_counts;  // keep_split of a split set: its shards' counts
+  std::vector<SideFile> side_files;  // the plan-out recipe: Execution::side_files, after the GGUF
   RequantResult& result() { return planned ? planned->requant : *requant; }
 };
 
 // Opens the input (and --recipe-from's model, the importance matrix, the donors) and plans the
-// output. `write` says how the plan-out recipe is written (checked before planning, written
-// after, with the inputs it read).
+// output. The plan-out path is checked against `write` and the inputs before the measuring;
+// the recipe is left in side_files, to be written after the GGUF (execute_plan).
 RequantJobResult run_requant_job(const RequantJob& job, const WriteOptions& write);
 
 // A safetensors input (open_input's kSafetensors) imported: one file with no config.json nor

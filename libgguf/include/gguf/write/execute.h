@@ -8,6 +8,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "gguf/format/model.h"
 #include "gguf/write/writer.h"
@@ -18,10 +19,20 @@ namespace gguf {
 // given the paths the files will have; throws to keep them from their paths.
 using ProveFn = std::function<void(const Model& written, std::span<const std::string> paths)>;
 
+// A file that goes with the output (gguf-requant --plan-out's recipe).
+struct SideFile {
+  std::string path;
+  std::string bytes;
+};
+
 struct Execution {
   WriteOptions write;  // its before_commit is set from prove
   bool dry_run = false;
   ProveFn prove;  // empty: no proof
+  // Checked with the output before anything is written; each written (write_file: temp file,
+  // rename) only once the output is complete, verified and in its place, or on a dry run once
+  // the output's checks passed: none appears beside an output that failed.
+  std::vector<SideFile> side_files;
 };
 
 struct Executed {

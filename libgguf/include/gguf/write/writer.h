@@ -86,5 +86,9 @@ void write_file(const std::string& path, std::span<const uint8_t> bytes,
                 const WriteOptions& options);
 // write_file's checks of path alone, to refuse before the work that makes the bytes.
 void check_output(const std::string& path, const WriteOptions& options);
+// Whether two output paths name one file, so that one output would replace the other: the same
+// path once symbolic links, "." and ".." are resolved (neither needs to exist), or two names
+// (hard links) of one existing file.
+bool same_output_file(const std::string& a, const std::string& b);
 
 }  // namespace gguf
