@@ -14,10 +14,12 @@ std::string data_text(const WriteResult& w) {
     return fmt::format("data: {} shared with the inputs, {} copied, {} written (not verified)\n",
                        human_bytes(w.bytes_shared), human_bytes(w.bytes_copied),
                        human_bytes(w.bytes_written));
+  // "(proven by FIEMAP)" only when something was shared: on most file systems nothing is.
   return fmt::format(
-      "data: {} shared with the inputs (proven by FIEMAP), {} copied and {} written (read back "
+      "data: {} shared with the inputs{}, {} copied and {} written (read back "
       "and hashed)\n",
-      human_bytes(w.bytes_shared), human_bytes(w.bytes_copied), human_bytes(w.bytes_written));
+      human_bytes(w.bytes_shared), w.bytes_shared ? " (proven by FIEMAP)" : "",
+      human_bytes(w.bytes_copied), human_bytes(w.bytes_written));
 }
 
 std::string written_text(const WriteResult* w, WrittenForm form) {
