@@ -240,7 +240,7 @@ TEST(hf_import_cli, dry_run_lists_hf_name_gguf_name_transform_type_and_bytes) {
             "\n"
             "13 tensors imported (9 packed-affine, moved exactly; 4 copied byte for byte)\n"
             "size: 450.12 KiB -> 66.88 KiB\n"
-            "dry run: nothing written\n");
+            "dry run: no GGUF written\n");
   EXPECT_FALSE(std::filesystem::exists(f.dir.file("out.gguf")));
 }
 

@@ -109,14 +109,20 @@ TEST(planner_cli, plans_writes_the_recipe_and_the_file_of_the_predicted_size) {
   const std::string text = read_text(recipe);
   EXPECT_NE(text.find("=q2_K\n"), std::string::npos) << text;
   EXPECT_EQ(text.find(' '), std::string::npos);
-  // A dry run plans the same and writes nothing.
-  const auto d = run_cli("gguf-requant",
-                         {in, "-o", dir.file("d.gguf"), "--target-size", "1.5m", "--candidates",
-                          "q2_K,q4_K,q8_0", "--dry-run", "--tensor-type", "attn_kv=q8_0"});
+  // A dry run plans the same and writes no GGUF; with --plan-out it writes the same recipe, and
+  // says so.
+  const std::string dry_recipe = dir.file("dry-plan.txt");
+  const auto d =
+      run_cli("gguf-requant", {in, "-o", dir.file("d.gguf"), "--target-size", "1.5m",
+                               "--candidates", "q2_K,q4_K,q8_0", "--dry-run", "--tensor-type",
+                               "attn_kv=q8_0", "--plan-out", dry_recipe});
   ASSERT_EQ(d.code, 0) << d.err;
   EXPECT_NE(d.out.find(fmt::format("predicted: {} bytes", predicted)), std::string::npos) << d.out;
-  EXPECT_NE(d.out.find("dry run: nothing written\n"), std::string::npos);
+  EXPECT_NE(d.out.find("dry run: no GGUF written\nwrote recipe '" + dry_recipe + "'\n"),
+            std::string::npos)
+      << d.out;
   EXPECT_FALSE(std::filesystem::exists(dir.file("d.gguf")));
+  EXPECT_EQ(read_text(dry_recipe), text);
 }
 
 // The recipe and the model cannot share a file: whichever came second would replace the other.

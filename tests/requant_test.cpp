@@ -498,7 +498,7 @@ TEST(requant, cli_reports_json_and_usage_errors) {
   // A dry run that passes says it wrote nothing.
   res = run_cli("gguf-requant", {in, "-o", dir.file("d.gguf"), "--type", "q8_0", "--dry-run"});
   EXPECT_EQ(res.code, 0) << res.err;
-  EXPECT_TRUE(res.out.ends_with("\ndry run: nothing written\n")) << res.out;
+  EXPECT_TRUE(res.out.ends_with("\ndry run: no GGUF written\n")) << res.out;
   EXPECT_FALSE(std::filesystem::exists(dir.file("d.gguf")));
   // Counts are digits only and in range (-1 used to become four billion threads).
   const std::vector<std::pair<std::vector<std::string>, std::string>> bad = {

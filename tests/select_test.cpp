@@ -166,7 +166,28 @@ TEST(select, role_and_regex_errors_are_exact) {
             "invalid --match regex 'blk.(3': unbalanced parenthesis or '*', '+', '?' with "
             "nothing to repeat");
   EXPECT_EQ(regex_error("a{99999999}"),
-            "invalid --match regex 'a{99999999}': pattern is too large");
+            "invalid --match regex 'a{99999999}': pattern is too large (a repetition count above "
+            "100000)");
+  // Numbers the library would parse into a long with signed overflow (fuzzing found these)
+  // are refused before it sees them; a count within the limit still reaches it.
+  EXPECT_EQ(regex_error("a{2222222222222222222}"),
+            "invalid --match regex 'a{2222222222222222222}': pattern is too large (a repetition "
+            "count above 100000)");
+  EXPECT_EQ(regex_error("x\\\\{1,99999999999999999999}"),
+            "invalid --match regex 'x\\\\{1,99999999999999999999}': pattern is too large (a "
+            "repetition count above 100000)");
+  EXPECT_EQ(regex_error("(a)\\99999999999999999999"),
+            "invalid --match regex '(a)\\99999999999999999999': back-references are not "
+            "supported");
+  EXPECT_EQ(regex_error("a{100001}"),
+            "invalid --match regex 'a{100001}': pattern is too large (a repetition count above "
+            "100000)");
+  EXPECT_EQ(regex_error("(ab){100000}"),
+            "invalid --match regex '(ab){100000}': pattern is too large");
+  EXPECT_EQ(regex_number_problem("\\{99999999}"), nullptr);  // an escaped brace is a character
+  EXPECT_EQ(regex_number_problem("a{3,}b{0000000000000000000000001}"), nullptr);
+  const Selector counted = parse_selector({}, {}, {"blk\\.[0-9]{1,3}\\.ffn_up\\.weight"});
+  EXPECT_TRUE(counted.matches("blk.12.ffn_up.weight", classify_tensor("blk.12.ffn_up.weight")));
   // Quoted as typed: a backslash is not doubled (a control character would be escaped).
   EXPECT_EQ(regex_error("\\"), "invalid --match regex '\\': invalid escape sequence");
   EXPECT_EQ(regex_error("a\x01("),

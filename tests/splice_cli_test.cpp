@@ -101,7 +101,7 @@ TEST(splice_cli, dry_run_prints_the_plan_and_writes_nothing) {
                                    human_bytes(before + 9 * 524288)));
   EXPECT_TRUE(lines[12].starts_with("file size: ")) << lines[12];
   EXPECT_EQ(lines[13], "general.file_type: 1 -> 1");
-  EXPECT_EQ(lines[14], "dry run: nothing written");
+  EXPECT_EQ(lines[14], "dry run: no GGUF written");
 }
 
 TEST(splice_cli, json_dry_run_and_write) {

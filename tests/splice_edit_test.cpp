@@ -99,7 +99,7 @@ TEST(splice_edit, dry_run_shows_the_key_diff_as_gguf_diff_does) {
       "no donor: 23 tensors copied from '" +
       llama_fx().model + "'\n";
   EXPECT_TRUE(r.out.starts_with(keys)) << r.out;
-  EXPECT_TRUE(r.out.ends_with("dry run: nothing written\n")) << r.out;
+  EXPECT_TRUE(r.out.ends_with("dry run: no GGUF written\n")) << r.out;
   // gguf-diff prints the same section for the file the edit writes.
   const std::string out = dir.file("out.gguf");
   ASSERT_EQ(

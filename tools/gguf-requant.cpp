@@ -37,7 +37,11 @@ int write_and_render(const cli::RequantArgs& a, const Plan& plan, uint64_t& byte
   if (!a.quiet) ex.write.progress = progress.callback();
   const Executed done = execute_plan(plan, a.out, ex);
   if (!done.written) bytes_after = done.bytes;
-  if (!a.quiet) fmt::print("{}", render(result, done.written ? &*done.written : nullptr, a.json));
+  if (a.quiet) return 0;
+  fmt::print("{}", render(result, done.written ? &*done.written : nullptr, a.json));
+  if (!a.json)  // the --plan-out recipe, written on a dry run too
+    for (const SideFile& f : ex.side_files)
+      fmt::print("wrote recipe '{}'\n", escape_for_terminal(f.path));
   return 0;
 }
 

@@ -175,7 +175,44 @@ std::string_view regex_problem(std::regex_constants::error_type code) {
   }
 }
 
+// The end of the run of decimal digits that starts at p[i].
+size_t digits_end(std::string_view p, size_t i) {
+  while (i < p.size() && p[i] >= '0' && p[i] <= '9') ++i;
+  return i;
+}
+
+bool number_too_large(std::string_view digits) {
+  uint64_t v = 0;
+  for (char c : digits) {
+    v = v * 10 + static_cast<uint64_t>(c - '0');
+    if (v > kMaxRegexCount) return true;
+  }
+  return false;
+}
+
 }  // namespace
+
+const char* regex_number_problem(std::string_view p) {
+  // Brackets are not tracked: a '{' inside "[...]" is an ordinary character, so at worst a
+  // class holding '{' and then seven digits is refused as well.
+  for (size_t i = 0; i < p.size(); ++i) {
+    if (p[i] == '\\') {
+      const size_t end = digits_end(p, i + 1);
+      if (end - (i + 1) > 6) return "back-references are not supported";
+      i = std::max(i + 1, end - 1);  // past the escaped character or the digits
+    } else if (p[i] == '{') {
+      size_t end = digits_end(p, i + 1);
+      if (number_too_large(p.substr(i + 1, end - (i + 1))))
+        return "pattern is too large (a repetition count above 100000)";
+      if (end < p.size() && p[end] == ',') {
+        const size_t max_end = digits_end(p, end + 1);
+        if (number_too_large(p.substr(end + 1, max_end - (end + 1))))
+          return "pattern is too large (a repetition count above 100000)";
+      }
+    }
+  }
+  return nullptr;
+}
 
 std::regex compile_regex(const std::string& pattern, std::string_view option) {
   if (pattern.empty()) usage_error(fmt::format("invalid {} regex '': empty pattern", option));
@@ -186,6 +223,8 @@ std::regex compile_regex(const std::string& pattern, std::string_view option) {
         fmt::format("invalid {} regex '{}...': {} bytes, longer than {} (give several "
                     "shorter patterns instead)",
                     option, terminal_safe(pattern.substr(0, 40)), pattern.size(), kMaxRegexBytes));
+  if (const char* problem = regex_number_problem(pattern))
+    usage_error(fmt::format("invalid {} regex '{}': {}", option, terminal_safe(pattern), problem));
   // Polynomial (automaton) matching where the library offers it: a pattern run against
   // untrusted names must not backtrack exponentially.
   auto flags = std::regex::ECMAScript | std::regex::nosubs;

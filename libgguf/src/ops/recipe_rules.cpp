@@ -237,7 +237,9 @@ std::vector<RecipeRule> compact_type_rules(std::span<const RecipeTensor> tensors
   std::vector<std::string> names;
   for (const auto& t : tensors) names.push_back(t.name);
   const auto decides_exactly = [&](const std::string& pattern, const std::vector<size_t>& want) {
-    if (pattern.size() > kMaxRegexBytes || lowercase(pattern) != pattern) return false;
+    if (pattern.size() > kMaxRegexBytes || regex_number_problem(pattern) ||
+        lowercase(pattern) != pattern)
+      return false;
     std::regex rx;
     try {
       rx = std::regex(pattern);

@@ -23,7 +23,7 @@ std::string data_text(const WriteResult& w) {
 }
 
 std::string written_text(const WriteResult* w, WrittenForm form) {
-  if (!w) return "dry run: nothing written\n";
+  if (!w) return "dry run: no GGUF written\n";
   std::string out;
   if (form == WrittenForm::kSummary) {
     const char* verified = w->verified ? ", every payload verified" : ", not verified";

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <regex>
 #include <span>
 #include <string>
@@ -39,9 +40,18 @@ struct Selector {
 // would overflow the stack).
 inline constexpr size_t kMaxRegexBytes = 4096;
 
+// The largest repetition count ("x{N}", "x{N,M}") a pattern may hold. The library parses counts
+// and back-reference numbers into a long without an overflow check, and expands a count into
+// that many copies of its atom (up to 100000 states): larger ones could never compile.
+inline constexpr uint64_t kMaxRegexCount = 100000;
+
+// Why std::regex must not see `pattern` (a count above kMaxRegexCount, or a back-reference
+// number of more than 6 digits), or nullptr.
+const char* regex_number_problem(std::string_view pattern);
+
 // Compiles an ECMAScript pattern (polynomial matching where the library offers it, since it
 // runs on names from untrusted files); a usage error names `option` ("--match") and the problem,
-// or a pattern longer than kMaxRegexBytes.
+// a pattern longer than kMaxRegexBytes, or one regex_number_problem refuses.
 std::regex compile_regex(const std::string& pattern, std::string_view option);
 // Whether rx matches all of name (or, with `search`, some part of it); a usage error names
 // `option` and `pattern` when the regex engine gives up on the name.
