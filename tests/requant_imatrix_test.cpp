@@ -333,6 +333,45 @@ TEST(requant, gguf_imatrix_divides_by_counts_and_unused_experts_weigh_one) {
   }
 }
 
+// A count below 1 can take a finite sum past FLT_MAX; the infinite mean would make the i-quant
+// searches write all-zero blocks with exit 0, so the file is refused at the value.
+TEST(requant, gguf_imatrix_mean_that_overflows_is_refused) {
+  TempDir dir;
+  const int64_t ne0 = 256, n_mat = 2;
+  std::vector<float> sums(ne0 * n_mat, 1.0f), counts = {1.0f, 0.5f};
+  sums[ne0 + 5] = 3e38f;
+  Plan p;
+  p.metadata.set("general.type", Value::string("imatrix"));
+  const auto bytes = [](const std::vector<float>& v) {
+    auto b = std::make_shared<std::vector<uint8_t>>(v.size() * 4);
+    std::memcpy(b->data(), v.data(), b->size());
+    return b;
+  };
+  const std::string sums_name = "blk.0.ffn_up_exps.weight.in_sum2";
+  p.tensors.push_back({sums_name, 0, {ne0, n_mat}, sums.size() * 4, MemoryBytes{bytes(sums)}});
+  p.tensors.push_back(
+      {"blk.0.ffn_up_exps.weight.counts", 0, {1, n_mat}, 8, MemoryBytes{bytes(counts)}});
+  write_plan(p, dir.file("im.gguf"), {});
+  const auto f = GgufFile::open(dir.file("im.gguf"));
+  const uint64_t at = f->data_start(*f->find_tensor(sums_name)) + 4 * (ne0 + 5);
+  try {
+    Imatrix::load(dir.file("im.gguf"));
+    FAIL() << "an infinite mean was accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()),
+              fmt::format("{}: tensor '{}': at byte {}: value [261] (3e+38) over its count [1] "
+                          "(0.5) overflows to inf; importance values must be finite",
+                          dir.file("im.gguf"), sums_name, at));
+  }
+  // The same sum over a count of 1 is a finite mean.
+  counts[1] = 1.0f;
+  p.tensors[1].source = MemoryBytes{bytes(counts)};
+  write_plan(p, dir.file("im.gguf"), {.force = true});
+  EXPECT_EQ(
+      Imatrix::load(dir.file("im.gguf")).weights("blk.0.ffn_up_exps.weight", ne0, n_mat, 1)[5],
+      3e38f);
+}
+
 // A GGUF entry's shape says how it is cut; a cut made for another tensor is refused even when
 // its total fits, and a legacy file converted by llama-imatrix (one matrix of all the experts'
 // columns, one count) is taken.

@@ -198,9 +198,20 @@ Imatrix Imatrix::parse_gguf(std::shared_ptr<const ByteSource> src) {
     e.counts = c;
     for (int64_t k = 0; k < e.n_mat; ++k) {
       float* v = e.values.data() + k * e.ne0;
+      const float count = c[static_cast<size_t>(k)];
       // An expert never routed during calibration carries no information: weight it evenly.
-      for (int64_t j = 0; j < e.ne0; ++j)
-        v[j] = c[static_cast<size_t>(k)] > 0 ? v[j] / c[static_cast<size_t>(k)] : 1.0f;
+      for (int64_t j = 0; j < e.ne0; ++j) {
+        const float sum = v[j];
+        v[j] = count > 0 ? sum / count : 1.0f;
+        // A count below 1 can take a finite sum past FLT_MAX: an infinite weight makes the
+        // i-quant searches write all-zero blocks without a word.
+        if (std::isinf(v[j]))
+          throw Error(path, tensor_object(t.name),
+                      f->data_start(t) + 4 * static_cast<uint64_t>(k * e.ne0 + j),
+                      fmt::format("value [{}] ({}) over its count [{}] ({}) overflows to inf; "
+                                  "importance values must be finite",
+                                  k * e.ne0 + j, sum, k, count));
+      }
     }
     m.counts_.emplace(name, c);
     m.entries_.emplace(name, std::move(e));
