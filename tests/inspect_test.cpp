@@ -101,8 +101,9 @@ TEST(inspect, hashes_equal_xxh3_of_payload) {
   std::ifstream in(path, std::ios::binary);
   const std::string bytes((std::istreambuf_iterator<char>(in)), {});
   for (const auto& t : r.tensors) {
+    ASSERT_TRUE(t.offset);
     ASSERT_TRUE(t.xxh3);
-    EXPECT_EQ(*t.xxh3, XXH3_64bits(bytes.data() + t.offset, *t.bytes)) << t.name;
+    EXPECT_EQ(*t.xxh3, XXH3_64bits(bytes.data() + *t.offset, *t.bytes)) << t.name;
   }
 }
 
@@ -191,6 +192,41 @@ TEST(inspect, cli_damaged_file_prints_what_it_read_then_fails) {
   EXPECT_NE(res.out.find("token_embd.weight"), std::string::npos);
   EXPECT_NE(res.err.find("tensor 'output.weight': at byte "), std::string::npos) << res.err;
   EXPECT_NE(res.err.find("data runs past end of file"), std::string::npos) << res.err;
+}
+
+// A header cut short (here a negative dimension in the second tensor info) leaves the data
+// section's start unknown: the tensor read before it has no file offset ('-', JSON null), not
+// its data-relative offset 0 passed off as an absolute one. Once the header is read to its end
+// (data past the end of the file), offsets are absolute again.
+TEST(inspect, damaged_header_gives_no_offset_it_cannot_know) {
+  TempDir dir;
+  const auto base = [] {
+    return testing::GgufBuilder()
+        .string("general.architecture", "llama")
+        .tensor("a", 0, {32, 2})
+        .tensor("b", 0, {32, 2});
+  };
+  const auto b = base().defect({testing::DefectKind::kNegativeDim, 1});
+  const std::string path = testing::write_bytes(dir.file("neg.gguf"), b.build());
+  const auto text = run_cli("gguf-inspect", {"-t", path});
+  EXPECT_EQ(text.code, 1);
+  EXPECT_NE(text.out.find("  a     f32   [32, 2]       -    256  32.0000  other      -\n"),
+            std::string::npos)
+      << text.out;
+  EXPECT_EQ(text.err, fmt::format("gguf-inspect: error: {}: tensor 'b': at byte {}: dimension 1 "
+                                  "is negative (-3)\n",
+                                  path, b.layout().tensor_info_offsets[1] + 8 + 1 + 4 + 8));
+  const auto js = run_cli("gguf-inspect", {"--json", path});
+  EXPECT_EQ(js.code, 1);
+  const auto doc = nlohmann::json::parse(js.out);
+  ASSERT_EQ(doc["tensors"].size(), 1u);
+  EXPECT_TRUE(doc["tensors"][0]["offset"].is_null()) << doc["tensors"][0].dump();
+
+  const auto cut = base().defect({testing::DefectKind::kDataPastEof, 0});
+  const std::string cut_path = testing::write_bytes(dir.file("cut.gguf"), cut.build());
+  const auto doc2 = nlohmann::json::parse(run_cli("gguf-inspect", {"--json", cut_path}).out);
+  ASSERT_EQ(doc2["tensors"].size(), 2u);
+  EXPECT_EQ(doc2["tensors"][0]["offset"], cut.layout().data_offset);
 }
 
 // inspect_path, the library's side of the flow above: a whole model is inspected; a damaged

@@ -54,7 +54,9 @@ InspectTensor row(const GgufFile& f, size_t file_index, const TensorInfo& t,
   out.type_id = t.type_id;
   out.shape = t.shape;
   out.file = file_index;
-  out.offset = f.data_start(t);
+  // A header cut short leaves the data section's start unknown: a tensor info's offset is then
+  // relative to nothing, and reporting it as a file offset would point at the header.
+  if (f.header_end() != 0) out.offset = f.data_start(t);
   out.bytes = t.bytes;
   out.n_elements = t.n_elements;
   const TensorName tn = classify_tensor(t.name, arch, ggml_dims(t.shape));

@@ -28,8 +28,10 @@ struct InspectTensor {
   std::string name;
   uint32_t type_id = 0;
   std::vector<int64_t> shape;
-  size_t file = 0;                // index into InspectReport::files
-  uint64_t offset = 0;            // absolute offset of the data in that file
+  size_t file = 0;  // index into InspectReport::files
+  // Absolute offset of the data in that file; nullopt in a damaged file's partial report when
+  // the header could not be read to its end, so the data section's start is unknown.
+  std::optional<uint64_t> offset;
   std::optional<uint64_t> bytes;  // nullopt for types the table cannot size
   uint64_t n_elements = 0;
   Role role = Role::kOther;
