@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
@@ -204,7 +205,15 @@ TEST(imatrix_coverage, cli_reports_and_exits_1_on_a_misfit) {
   EXPECT_EQ(r.code, 2);
   EXPECT_EQ(r.err,
             "gguf-inspect: error: --imatrix prints a coverage report alone (no -m, -t, --full, "
-            "--check, --hashes)\nTry 'gguf-inspect --help' for more information.\n");
+            "--check, --hashes, --map)\nTry 'gguf-inspect --help' for more information.\n");
+  // --map drew nothing with --imatrix (exit 0, no SVG): it is refused like the other views,
+  // before the map path is looked at, and nothing is written.
+  r = run_cli("gguf-inspect", {"--imatrix", im, model, "--map", dir.file("m.svg")});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(r.err,
+            "gguf-inspect: error: --imatrix prints a coverage report alone (no -m, -t, --full, "
+            "--check, --hashes, --map)\nTry 'gguf-inspect --help' for more information.\n");
+  EXPECT_FALSE(std::filesystem::exists(dir.file("m.svg")));
 }
 
 }  // namespace

@@ -63,6 +63,9 @@ int run(int argc, char** argv) {
   const std::string& path = files.front();
   if (recipe && (check || hashes || meta || tensors || !map_path.empty()))
     usage_error("--recipe excludes --check, --hashes, --map, -m and -t");
+  if (!imatrix.empty() && (meta || tensors || check || hashes || full || !map_path.empty()))
+    usage_error(
+        "--imatrix prints a coverage report alone (no -m, -t, --full, --check, --hashes, --map)");
   WriteOptions wo;
   wo.force = force;
   wo.inputs = {path};
@@ -74,9 +77,6 @@ int run(int argc, char** argv) {
     return 0;
   }
   if (!imatrix.empty()) {
-    if (meta || tensors || check || hashes || full)
-      usage_error(
-          "--imatrix prints a coverage report alone (no -m, -t, --full, --check, --hashes)");
     const auto r = imatrix_coverage(Model::open(path), Imatrix::load(imatrix), sel.parse());
     fmt::print("{}", json ? render_coverage_json(r) : render_coverage_text(r));
     return r.total.misfit ? 1 : 0;
