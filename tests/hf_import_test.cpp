@@ -296,6 +296,27 @@ TEST(hf_import_cli, refusals) {
   std::filesystem::rename(f.dir.file("away"), f.hf + "/model-00002-of-00002.safetensors");
 }
 
+// config.json and the index are read like the shards: -o naming one of them (with --force)
+// is refused and leaves it as it was.
+TEST(hf_import_cli, output_that_is_the_config_or_the_index_is_refused) {
+  Fixture f;
+  const auto slurp = [](const std::string& p) {
+    std::ifstream in(p, std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  };
+  for (const std::string& file : {f.hf + "/config.json", f.hf + "/model.safetensors.index.json"}) {
+    SCOPED_TRACE(file);
+    const std::string before = slurp(file);
+    const auto r = run_cli("gguf-requant", {f.hf, "--base", f.base, "-o", file, "--force", "-q"});
+    EXPECT_EQ(r.code, 2);
+    EXPECT_EQ(r.err, fmt::format("gguf-requant: error: {0}: output is the same file as input "
+                                 "'{0}'; refusing to overwrite an input (choose another output "
+                                 "path)\nTry 'gguf-requant --help' for more information.\n",
+                                 file));
+    EXPECT_EQ(slurp(file), before);
+  }
+}
+
 TEST(hf_import_cli, unmapped_and_unmatched_tensors) {
   Fixture f(1);
   testing::ShardWriter extra;

@@ -155,6 +155,33 @@ TEST(recipe_cli, requant_tensor_type_file_applies_a_recipe_to_other_weights) {
   EXPECT_EQ(out.metadata().find("quantize.recipe_from"), nullptr);
 }
 
+// A recipe file and --recipe-from's model are inputs like the model: -o naming one of them
+// (with --force, for a plan-out too) is refused and leaves it as it was.
+TEST(recipe_cli, output_that_is_a_recipe_input_is_refused) {
+  TempDir dir;
+  const std::string ds4 = write_ds4(dir, "ds4.gguf"), f32 = write_f32(dir, "ft.gguf");
+  const std::string recipe = dir.file("r.txt");
+  { std::ofstream(recipe) << kDs4Recipe; }
+  const std::string refuse =
+      "gguf-requant: error: {0}: output is the same file as input '{0}'; "
+      "refusing to overwrite an input (choose another output path)\n";
+  auto r =
+      run_cli("gguf-requant", {f32, "--tensor-type-file", recipe, "-o", recipe, "--force", "-q"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(r.err, fmt::format(fmt::runtime(refuse), recipe) + kRequantTry);
+  EXPECT_EQ(slurp(recipe), kDs4Recipe);
+  const std::string before = slurp(ds4);
+  r = run_cli("gguf-requant", {f32, "--recipe-from", ds4, "-o", ds4, "--force", "-q"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(r.err, fmt::format(fmt::runtime(refuse), ds4) + kRequantTry);
+  EXPECT_TRUE(slurp(ds4) == before);
+  r = run_cli("gguf-requant", {f32, "--target-bpw", "6", "--tensor-type-file", recipe, "--plan-out",
+                               recipe, "--dry-run", "--force", "-q"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(r.err, fmt::format(fmt::runtime(refuse), recipe) + kRequantTry);
+  EXPECT_EQ(slurp(recipe), kDs4Recipe);
+}
+
 TEST(recipe_cli, tensor_type_file_rules_join_tensor_type_rules_where_the_option_stands) {
   TempDir dir;
   const std::string f32 = write_f32(dir, "ft.gguf");

@@ -299,6 +299,23 @@ TEST(splice_edit, set_file_that_cannot_be_read_is_an_input_error) {
   EXPECT_TRUE(dir.entries().empty());
 }
 
+// The file a --set-file value comes from is an input: -o naming it (even with --force) is
+// refused and leaves it as it was.
+TEST(splice_edit, output_that_is_a_set_file_is_refused) {
+  TempDir dir;
+  const std::string tmpl = dir.file("chat.jinja");
+  std::ofstream(tmpl, std::ios::binary) << "{{ messages }}";
+  const auto r = splice_cli(
+      {llama_fx().model, "--set-file", "tokenizer.chat_template=" + tmpl, "-o", tmpl, "--force"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(r.err, fmt::format("gguf-splice: error: {0}: output is the same file as input '{0}'; "
+                               "refusing to overwrite an input (choose another output path)\n",
+                               tmpl) +
+                       kTry);
+  std::ifstream in(tmpl, std::ios::binary);
+  EXPECT_EQ(std::string(std::istreambuf_iterator<char>(in), {}), "{{ messages }}");
+}
+
 // The reader's corpus of malformed files, each as the base of a metadata edit: the files the
 // reader refuses are refused with nothing written; the non-canonical layouts the lenient
 // reader reads (ggml refuses them) are written canonically, with a warning, and then load.

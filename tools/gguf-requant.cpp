@@ -77,10 +77,18 @@ int run(int argc, char** argv) {
                             });
   }
   cli::check_gguf_args(a, r);
-  RequantJob job{
-      a.inputs.front(), r.type,  std::move(r.selector), std::move(r.rules), a.recipe_from,
-      a.imatrix_path,   a.exact, a.keep_split,          a.threads,          std::move(r.mix),
-      r.alignment};
+  RequantJob job{a.inputs.front(),
+                 r.type,
+                 std::move(r.selector),
+                 std::move(r.rules),
+                 a.recipe_from,
+                 a.imatrix_path,
+                 a.exact,
+                 a.keep_split,
+                 a.threads,
+                 std::move(r.mix),
+                 r.alignment,
+                 a.rules.type_files};
   std::optional<cli::Progress> measure;
   if (job.mix && !a.quiet) job.mix->progress = measure.emplace("measure").callback();
   RequantJobResult done = run_requant_job(job, a.ex.write);

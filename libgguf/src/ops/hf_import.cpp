@@ -426,6 +426,9 @@ ImportResult import_checkpoint(const HfCheckpoint& cp, const ImportOptions& o) {
     r.inputs.push_back(shard.path());
     r.bytes_before += shard.source().size();
   }
+  // The index and config.json are read too: an output given their name must not replace them.
+  if (!cp.index_path().empty()) r.inputs.push_back(cp.index_path());
+  if (cp.config()) r.inputs.push_back(cp.config()->path);
   if (o.base) {
     for (const auto& p : o.base->paths()) r.inputs.push_back(p);
     r.bytes_before += o.base->total_bytes();

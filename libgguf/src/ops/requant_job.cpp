@@ -25,6 +25,14 @@ std::vector<TypeRule> parse_type_rules(const RuleArgs& a) {
 
 namespace {
 
+// The files besides the model and the donors that a job reads: an output (the GGUF or the
+// plan-out recipe) must not be one of them.
+void add_job_files(std::vector<std::string>& inputs, const RequantJob& job) {
+  for (const std::string* p : {&job.imatrix_path, &job.recipe_from})
+    if (!p->empty()) inputs.push_back(*p);
+  inputs.insert(inputs.end(), job.rule_files.begin(), job.rule_files.end());
+}
+
 // The budgeted mix: the budget parsed, the plan-out path checked before the measuring (against
 // every input: it is written last, after the GGUF, and must not fail then for what was known
 // now), the recipe kept for execute_plan.
@@ -38,8 +46,7 @@ void plan_job(RequantJobResult& r, const RequantJob& job, std::vector<TypeRule> 
   if (!m.plan_out.empty()) {
     WriteOptions wo = write;
     for (const auto& s : r.model->shards()) wo.inputs.push_back(s->path());
-    for (const std::string* p : {&job.imatrix_path, &job.recipe_from})
-      if (!p->empty()) wo.inputs.push_back(*p);
+    add_job_files(wo.inputs, job);
     wo.inputs.insert(wo.inputs.end(), m.donors.begin(), m.donors.end());
     check_output(m.plan_out, wo);
   }
@@ -55,7 +62,7 @@ void plan_job(RequantJobResult& r, const RequantJob& job, std::vector<TypeRule> 
   po.alignment = job.alignment;
   r.planned = plan_mix(*r.model, po);
   r.inputs = r.planned->requant.inputs;
-  if (r.imatrix) r.inputs.push_back(job.imatrix_path);
+  add_job_files(r.inputs, job);
   if (!m.plan_out.empty()) r.side_files.push_back({m.plan_out, plan_recipe(*r.planned)});
 }
 
@@ -80,7 +87,7 @@ RequantJobResult run_requant_job(const RequantJob& job, const WriteOptions& writ
   r.requant = requant(*r.model, {job.type, job.selector, r.imatrix.get(), job.threads, job.exact,
                                  std::move(rules), job.alignment});
   r.inputs = r.requant->inputs;
-  if (r.imatrix) r.inputs.push_back(job.imatrix_path);
+  add_job_files(r.inputs, job);
   return r;
 }
 

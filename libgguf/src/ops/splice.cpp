@@ -407,6 +407,9 @@ SpliceResult splice(const Model& base, std::span<const Donor> donors, const Spli
     r.selectors.push_back(donors[d].selector.describe());
     for (const auto& p : donor.paths()) r.inputs.push_back(p);
   }
+  // A --set-file value is read from a file too: -o naming it must not replace it.
+  for (const KeyEdit& e : o.edits.edits)
+    if (e.kind == KeyEdit::Kind::kSetFile) r.inputs.push_back(e.text);
 
   const auto claims = resolve_claims(base, donors, arch);
 

@@ -61,6 +61,7 @@ struct RequantJob {
   unsigned threads = 1;
   std::optional<MixRequest> mix;           // a planned mix instead of requant()
   std::optional<uint32_t> alignment = {};  // --align (RequantOptions::alignment)
+  std::vector<std::string> rule_files;     // the files `rules` were read from: inputs too
 };
 
 // The inputs stay where they are (the plan points into them) for as long as the result lives.
