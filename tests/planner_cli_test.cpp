@@ -83,6 +83,27 @@ TEST(planner_cli, a_budget_out_of_reach_names_the_range) {
   EXPECT_FALSE(std::filesystem::exists(out));
 }
 
+// A tensor no candidate can take is named with the reason per candidate: blocks that do not
+// divide its rows, or types that need an importance matrix entry it does not have (those fit
+// the rows: "no type fits its rows" would send the user after the wrong cause).
+TEST(planner_cli, a_tensor_no_candidate_can_take_says_why) {
+  TempDir dir;
+  const std::string in = testing::write_f16_model(dir), odd = testing::write_odd_row_model(dir);
+  auto r = run_cli("gguf-requant",
+                   {in, "--dry-run", "--target-bpw", "3", "--candidates", "iq2_xxs,iq1_s", "-q"});
+  EXPECT_EQ(r.code, 1);
+  EXPECT_EQ(r.err, "gguf-requant: error: " + in +
+                       ": tensor 'token_embd.weight': no candidate type can encode it "
+                       "(candidates: iq2_xxs,iq1_s): iq2_xxs,iq1_s need an importance matrix "
+                       "entry for it (no --imatrix)\n");
+  r = run_cli("gguf-requant",
+              {odd, "--dry-run", "--target-bpw", "3", "--candidates", "q4_K,iq2_xxs", "-q"});
+  EXPECT_EQ(r.code, 1);
+  EXPECT_EQ(r.err, "gguf-requant: error: " + odd +
+                       ": tensor 'blk.0.attn_q.weight': no candidate type can encode it "
+                       "(candidates: q4_K,iq2_xxs): q4_K,iq2_xxs do not divide its rows of 96\n");
+}
+
 TEST(planner_cli, plans_writes_the_recipe_and_the_file_of_the_predicted_size) {
   TempDir dir;
   const std::string in = testing::write_f16_model(dir), out = dir.file("o.gguf");

@@ -107,10 +107,15 @@ PlannerResult plan_mix(const Model& model, const PlannerOptions& o) {
     const uint64_t ne0 = static_cast<uint64_t>(t.info->shape[0]);
     const uint64_t nrows = t.info->n_elements / std::max<uint64_t>(1, ne0);
     const bool has_entry = o.imatrix && o.imatrix->find(t.name());
+    std::vector<GgmlType> no_fit, no_entry;  // why candidates were left out, for the error
     for (GgmlType c : candidates) {
       const auto rb = row_bytes(c, ne0);
-      if (!rb || (requires_importance(c) && !has_entry)) continue;
-      task.choices.push_back({c, -1, *rb * nrows, 0});
+      if (!rb)
+        no_fit.push_back(c);
+      else if (requires_importance(c) && !has_entry)
+        no_entry.push_back(c);
+      else
+        task.choices.push_back({c, -1, *rb * nrows, 0});
     }
     for (size_t d = 0; d < o.donors.size(); ++d) {
       const TensorRef* dt = o.donors[d]->find(t.name());
@@ -122,10 +127,21 @@ PlannerResult plan_mix(const Model& model, const PlannerOptions& o) {
       task.choices.push_back({static_cast<GgmlType>(dt->info->type_id), static_cast<int>(d),
                               dt->info->require_bytes(dt->file->path()), 0});
     }
-    if (task.choices.empty())
+    if (task.choices.empty()) {
+      // A type that needs an importance matrix fits the rows but has no entry to work with:
+      // saying only that no type fits the rows would be false.
+      std::vector<std::string> why;
+      if (!no_fit.empty())
+        why.push_back(fmt::format("{} {} not divide its rows of {}", type_names(no_fit),
+                                  no_fit.size() == 1 ? "does" : "do", ne0));
+      if (!no_entry.empty())
+        why.push_back(fmt::format("{} {} an importance matrix entry for it ({})",
+                                  type_names(no_entry), no_entry.size() == 1 ? "needs" : "need",
+                                  o.imatrix ? "the matrix has none" : "no --imatrix"));
       throw Error(model.path(), tensor_object(t.name()), std::nullopt,
-                  fmt::format("no candidate type fits its rows of {} (candidates: {})", ne0,
-                              type_names(candidates)));
+                  fmt::format("no candidate type can encode it (candidates: {}): {}",
+                              type_names(candidates), fmt::join(why, "; ")));
+    }
   }
   for (size_t d = 0; d < o.donors.size(); ++d) {
     bool offers = false;
