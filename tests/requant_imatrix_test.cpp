@@ -366,7 +366,9 @@ TEST(requant, gguf_imatrix_mean_that_overflows_is_refused) {
   // The same sum over a count of 1 is a finite mean.
   counts[1] = 1.0f;
   p.tensors[1].source = MemoryBytes{bytes(counts)};
-  write_plan(p, dir.file("im.gguf"), {.force = true});
+  WriteOptions overwrite;
+  overwrite.force = true;
+  write_plan(p, dir.file("im.gguf"), overwrite);
   EXPECT_EQ(
       Imatrix::load(dir.file("im.gguf")).weights("blk.0.ffn_up_exps.weight", ne0, n_mat, 1)[5],
       3e38f);

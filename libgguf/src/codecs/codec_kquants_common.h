@@ -14,7 +14,9 @@
 #define GGUF_DECODE_CLONES
 #endif
 
+#include <algorithm>
 #include <bit>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 
@@ -130,6 +132,39 @@ struct AffineSearch {
   int nstep;
   bool use_mad;
 };
+// What both forms of search_affine start from: the weighted sums, the range (min clamped to at
+// most 0) and the codes of the plain rounding with their error. False for a flat group (max ==
+// min): L is zeroed and the search is over.
+struct AffineStart {
+  float min, max, sum_w, sum_x, scale, best_error;
+};
+inline bool affine_start(int n, int nmax, const float* x, const float* w, uint8_t* L, bool use_mad,
+                         AffineStart& s) {
+  s.min = s.max = x[0];
+  s.sum_w = w[0];
+  s.sum_x = s.sum_w * x[0];
+  for (int i = 1; i < n; ++i) {
+    if (x[i] < s.min) s.min = x[i];
+    if (x[i] > s.max) s.max = x[i];
+    s.sum_w += w[i];
+    s.sum_x += w[i] * x[i];
+  }
+  if (s.min > 0) s.min = 0;
+  if (s.max == s.min) {
+    std::memset(L, 0, n);
+    return false;
+  }
+  const float iscale = static_cast<float>(nmax) / (s.max - s.min);
+  s.scale = 1 / iscale;
+  s.best_error = 0;
+  for (int i = 0; i < n; ++i) {
+    L[i] = static_cast<uint8_t>(std::clamp(nearest_int(iscale * (x[i] - s.min)), 0, nmax));
+    const float diff = s.scale * static_cast<float>(L[i]) + s.min - x[i];
+    s.best_error += w[i] * (use_mad ? std::fabs(diff) : diff * diff);
+  }
+  return true;
+}
+
 // n <= 32.
 float search_affine(int n, int nmax, const float* x, const float* w, uint8_t* L, float* neg_min,
                     const AffineSearch& p);

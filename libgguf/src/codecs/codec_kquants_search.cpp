@@ -115,38 +115,20 @@ float search_q3(const float* x, int8_t* L) {
 
 float search_affine_scalar(int n, int nmax, const float* x, const float* w, uint8_t* L,
                            float* neg_min, const AffineSearch& p) {
-  float min = x[0], max = x[0];
-  float sum_w = w[0];
-  float sum_x = sum_w * x[0];
-  for (int i = 1; i < n; ++i) {
-    if (x[i] < min) min = x[i];
-    if (x[i] > max) max = x[i];
-    sum_w += w[i];
-    sum_x += w[i] * x[i];
+  AffineStart s;
+  const bool varied = affine_start(n, nmax, x, w, L, p.use_mad, s);
+  if (!varied || p.nstep < 1) {
+    *neg_min = -s.min;
+    return varied ? s.scale : 0.0f;
   }
-  if (min > 0) min = 0;
-  if (max == min) {
-    std::memset(L, 0, n);
-    *neg_min = -min;
-    return 0.0f;
-  }
+  const float max = s.max, sum_w = s.sum_w, sum_x = s.sum_x;
+  float min = s.min, scale = s.scale, best_error = s.best_error;
   const auto err = [&](float d) { return p.use_mad ? std::fabs(d) : d * d; };
-  float iscale = static_cast<float>(nmax) / (max - min);
-  float scale = 1 / iscale;
-  float best_error = 0;
-  for (int i = 0; i < n; ++i) {
-    L[i] = static_cast<uint8_t>(std::clamp(nearest_int(iscale * (x[i] - min)), 0, nmax));
-    const float diff = scale * static_cast<float>(L[i]) + min - x[i];
-    best_error += w[i] * err(diff);
-  }
-  if (p.nstep < 1) {
-    *neg_min = -min;
-    return scale;
-  }
   uint8_t aux[32];
   for (int is = 0; is <= p.nstep; ++is) {
     // min moves whenever a candidate wins, and later candidates see the new range.
-    iscale = (p.rmin + p.rdelta * static_cast<float>(is) + static_cast<float>(nmax)) / (max - min);
+    const float iscale =
+        (p.rmin + p.rdelta * static_cast<float>(is) + static_cast<float>(nmax)) / (max - min);
     float sum_l = 0, sum_l2 = 0, sum_xl = 0;
     for (int i = 0; i < n; ++i) {
       const int l = std::clamp(nearest_int(iscale * (x[i] - min)), 0, nmax);

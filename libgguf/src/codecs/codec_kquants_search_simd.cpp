@@ -106,34 +106,14 @@ float search_symmetric(int n, int nmax, const float* x, const float* w, int8_t* 
 
 float search_affine(int n, int nmax, const float* x, const float* w, uint8_t* L, float* neg_min,
                     const AffineSearch& p) {
-  float min = x[0], max = x[0];
-  float sum_w = w[0];
-  float sum_x = sum_w * x[0];
-  for (int i = 1; i < n; ++i) {
-    if (x[i] < min) min = x[i];
-    if (x[i] > max) max = x[i];
-    sum_w += w[i];
-    sum_x += w[i] * x[i];
+  AffineStart s;
+  const bool varied = affine_start(n, nmax, x, w, L, p.use_mad, s);
+  if (!varied || p.nstep < 1) {
+    *neg_min = -s.min;
+    return varied ? s.scale : 0.0f;
   }
-  if (min > 0) min = 0;
-  if (max == min) {
-    std::memset(L, 0, n);
-    *neg_min = -min;
-    return 0.0f;
-  }
-  const auto err = [&](float d) { return p.use_mad ? std::fabs(d) : d * d; };
-  float iscale = static_cast<float>(nmax) / (max - min);
-  float scale = 1 / iscale;
-  float best_error = 0;
-  for (int i = 0; i < n; ++i) {
-    L[i] = static_cast<uint8_t>(std::clamp(kq::nearest_int(iscale * (x[i] - min)), 0, nmax));
-    const float diff = scale * static_cast<float>(L[i]) + min - x[i];
-    best_error += w[i] * err(diff);
-  }
-  if (p.nstep < 1) {
-    *neg_min = -min;
-    return scale;
-  }
+  const float max = s.max, sum_w = s.sum_w, sum_x = s.sum_x;
+  float min = s.min, scale = s.scale, best_error = s.best_error;
   // Candidates is..is+7 are evaluated together assuming the current min. A winner that moves
   // min invalidates the lanes after it (ggml would have used the new min for them), so the
   // next batch restarts right after the winner.
