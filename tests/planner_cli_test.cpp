@@ -2,12 +2,16 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
 #include "cli_run.h"
+#include "gguf/format/file.h"
+#include "gguf/write/writer.h"
 #include "requant_fixture.h"
 
 namespace gguf {
@@ -102,6 +106,30 @@ TEST(planner_cli, a_tensor_no_candidate_can_take_says_why) {
   EXPECT_EQ(r.err, "gguf-requant: error: " + odd +
                        ": tensor 'blk.0.attn_q.weight': no candidate type can encode it "
                        "(candidates: q4_K,iq2_xxs): q4_K,iq2_xxs do not divide its rows of 96\n");
+}
+
+// A candidate's encoder that refuses a sampled row (a NaN: ggml's iq2_s search aborts on it)
+// is named as the write path names it: the byte and the row in the input, and the candidate.
+TEST(planner_cli, a_row_a_candidate_refuses_is_named_with_its_byte) {
+  TempDir dir;
+  Plan p;
+  p.metadata.set("general.architecture", Value::string("llama"));
+  std::vector<float> v(256 * 4);
+  for (size_t i = 0; i < v.size(); ++i) v[i] = std::sin(static_cast<float>(i));
+  v[256 + 3] = std::nanf("");
+  auto data = std::make_shared<std::vector<uint8_t>>(v.size() * 4);
+  std::memcpy(data->data(), v.data(), data->size());
+  p.tensors.push_back({"blk.0.attn_q.weight", 0, {256, 4}, data->size(), MemoryBytes{data}});
+  const std::string in = write_plan(p, dir.file("nan.gguf"), {}).paths.front();
+  const auto f = GgufFile::open(in);
+  const uint64_t row1 = f->data_start(f->tensors()[0]) + 1024;
+  const auto r = run_cli(
+      "gguf-requant", {in, "--dry-run", "--target-bpw", "9", "--candidates", "iq2_s,q8_0", "-q"});
+  EXPECT_EQ(r.code, 1);
+  EXPECT_EQ(r.err, fmt::format("gguf-requant: error: {}: tensor 'blk.0.attn_q.weight': at byte "
+                               "{}: row 1: measuring iq2_s: i-quant lattice search found no "
+                               "neighbour (non-finite input?)\n",
+                               in, row1));
 }
 
 TEST(planner_cli, plans_writes_the_recipe_and_the_file_of_the_predicted_size) {

@@ -84,6 +84,28 @@ void decode_sample(const TensorRef& t, const Geometry& g, std::span<const int64_
   }
 }
 
+// A candidate's encoder refused a piece of the sample (input on which ggml's encoder aborts):
+// the error names the first row that fails on its own and where it lies in the input, as the
+// write path's does, and the candidate being measured.
+[[noreturn]] void throw_row_error(const TensorRef& t, const Geometry& g,
+                                  std::span<const int64_t> piece, std::span<const float> ref,
+                                  GgmlType type, std::span<const float> imp, const Error& err) {
+  const auto n = static_cast<size_t>(g.n_per_row);
+  std::vector<uint8_t> scratch(*row_bytes(type, n));
+  for (size_t k = 0; k < piece.size(); ++k) {
+    try {
+      quantize(type, ref.subspan(k * n, n), 1, g.n_per_row, imp, scratch);
+    } catch (const Error& row_err) {
+      const uint64_t source_rb = *row_bytes(static_cast<GgmlType>(t.info->type_id), n);
+      throw Error(
+          t.file->path(), tensor_object(t.name()),
+          t.data_start() + static_cast<uint64_t>(piece[k]) * source_rb,
+          fmt::format("row {}: measuring {}: {}", piece[k], traits(type).name, row_err.message()));
+    }
+  }
+  throw err;
+}
+
 // What one tensor's errors are weighed with.
 struct Weights {
   std::vector<std::span<const float>> columns;  // per matrix: a_j, or empty for all 1
@@ -159,7 +181,11 @@ void measure_task(MeasureTask& task, const MeasureOptions& o, std::atomic<uint64
           encoded.resize(rb * piece.size());
           const std::span<const float> imp =
               uses_importance(c.type) ? w.columns[m] : std::span<const float>();
-          quantize(c.type, ref, static_cast<int64_t>(piece.size()), g.n_per_row, imp, encoded);
+          try {
+            quantize(c.type, ref, static_cast<int64_t>(piece.size()), g.n_per_row, imp, encoded);
+          } catch (const Error& err) {
+            throw_row_error(task.tensor, g, piece, ref, c.type, imp, err);
+          }
           dequantize(c.type, encoded, got);
         }
         double piece_num = 0;
