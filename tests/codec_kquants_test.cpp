@@ -518,6 +518,38 @@ TEST_P(KquantEncode, extreme_and_non_finite_inputs_match_ggml) {
   }
 }
 
+// q8_K keeps the first element of largest magnitude (its sign sets the scale's): blocks where
+// +m and -m both reach it, in either order, around NaNs and zeros, give ggml's reference bytes.
+TEST(kquants, q8_K_magnitude_ties_of_opposite_sign_match_ggml) {
+  GGUF_REQUIRE_GGML();
+  const GgmlRef& g = GgmlRef::get();
+  constexpr int64_t kN = 256, kBlocks = 600;
+  std::mt19937_64 rng(testing::salted(41));
+  std::vector<float> x(kN * kBlocks);
+  for (int64_t b = 0; b < kBlocks; ++b) {
+    float* xb = x.data() + kN * b;
+    const float m = static_cast<float>(1 + rng() % 1000) * 1e-3f;
+    for (int64_t i = 0; i < kN; ++i)
+      xb[i] = static_cast<float>(static_cast<int>(rng() % 2001) - 1000) * 1e-3f * m;
+    const int64_t first = static_cast<int64_t>(rng() % kN);
+    int64_t second = static_cast<int64_t>(rng() % kN);
+    if (second == first) second = (first + 1) % kN;
+    const float sign = rng() % 2 ? 1.0f : -1.0f;
+    xb[first] = sign * m;
+    xb[second] = b % 5 == 0 ? sign * m : -sign * m;  // same sign in every fifth block
+    if (b % 3 == 0) xb[rng() % kN] = std::nanf("");
+    if (b % 7 == 0)
+      for (int64_t i = 0; i < kN; ++i)
+        if (i != first && i != second) xb[i] = 0.0f;
+  }
+  std::vector<uint8_t> ours(*row_bytes(GgmlType::Q8_K, kN) * kBlocks), ref(ours.size());
+  quantize(GgmlType::Q8_K, x, kBlocks, kN, {}, ours);
+  ASSERT_TRUE(g.quantize_row_ref(static_cast<int>(GgmlType::Q8_K), x.data(), ref.data(),
+                                 static_cast<int64_t>(x.size())));
+  const std::string diff = first_byte_diff(ours, ref, traits(GgmlType::Q8_K).type_size);
+  EXPECT_TRUE(diff.empty()) << diff << testing::salt_note();
+}
+
 // Without weights, NaNs of any sign and payload next to huge values give ggml's bytes: there
 // the payload of a NaN that meets another NaN decides codes (x86 returns the first operand's
 // NaN, and the rounding trick turns a payload into a code), so the order of operands matters.

@@ -5,6 +5,7 @@
 #include <cstddef>
 #include <cstring>
 
+#include "codecs/codec_absmax.h"
 #include "codecs/codec_kquants_common.h"
 #include "codecs/codec_registry.h"
 
@@ -102,16 +103,9 @@ void decode_q6_K(const uint8_t* src, float* y, int64_t n) {
 void encode_q8_K(const float* x, uint8_t* dst, int64_t n) {
   for (int64_t ib = 0; ib < n / kQK; ++ib, x += kQK, dst += sizeof(BlockQ8_K)) {
     BlockQ8_K b{};
-    float max = 0, amax = 0;
-    for (int i = 0; i < kQK; ++i) {
-      const float a = std::fabs(x[i]);
-      if (a > amax) {
-        amax = a;
-        max = x[i];
-      }
-    }
+    const float max = signed_absmax<kQK>(x);
     // ggml leaves bsums of an all-zero block unwritten; ours are zero.
-    if (amax != 0) {
+    if (max != 0) {
       const float iscale = -127.0f / max;
       for (int i = 0; i < kQK; ++i)
         b.qs[i] = static_cast<int8_t>(std::min(127, nearest_int(iscale * x[i])));

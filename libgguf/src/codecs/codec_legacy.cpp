@@ -10,6 +10,7 @@
 #include <cstring>
 #include <type_traits>
 
+#include "codecs/codec_absmax.h"
 #include "codecs/codec_blocks.h"
 #include "codecs/codec_legacy_search.h"
 #include "codecs/codec_registry.h"
@@ -172,45 +173,6 @@ inline int8_t round_low_byte(float v) {
 
 constexpr int kLanes = 4;  // one SSE register of partial results
 
-// Largest |x|, skipping NaNs; 0 when every element is zero or NaN.
-float abs_max(const float* x) {
-  float lane[kLanes] = {};
-  for (int j = 0; j < kQK; j += kLanes) {
-    for (int k = 0; k < kLanes; ++k) {
-      const float a = std::fabs(x[j + k]);
-      lane[k] = lane[k] < a ? a : lane[k];
-    }
-  }
-  float amax = 0.0f;
-  for (const float l : lane) amax = amax < l ? l : amax;
-  return amax;
-}
-
-// The element of largest magnitude, the first one on ties (ggml scans with a strict <); +0
-// when all elements are zero or NaN. Only a block reaching amax with both signs needs the
-// scan for the first one.
-float signed_absmax(const float* x) {
-  const float amax = abs_max(x);
-  if (amax == 0.0f) return 0.0f;
-  int32_t pos[kLanes] = {}, neg[kLanes] = {};
-  for (int j = 0; j < kQK; j += kLanes) {
-    for (int k = 0; k < kLanes; ++k) {
-      pos[k] |= x[j + k] == amax ? 1 : 0;
-      neg[k] |= x[j + k] == -amax ? 1 : 0;
-    }
-  }
-  int32_t any_pos = 0, any_neg = 0;
-  for (int k = 0; k < kLanes; ++k) {
-    any_pos |= pos[k];
-    any_neg |= neg[k];
-  }
-  if (!any_neg) return amax;
-  if (!any_pos) return -amax;
-  int j = 0;
-  while (std::fabs(x[j]) != amax) ++j;
-  return x[j];
-}
-
 struct Range {
   float min, max;
 };
@@ -257,7 +219,7 @@ bool has_nan(const float* x) {
 // ggml's MAX(amax, |v|) keeps a NaN |v| until the next element replaces it; blocks with NaNs
 // take that sequential path, others the lane-wise one.
 float q8_absmax(const float* x) {
-  if (!has_nan(x)) return abs_max(x);
+  if (!has_nan(x)) return abs_max<kQK>(x);
   float amax = 0.0f;
   for (int j = 0; j < kQK; ++j) {
     const float a = std::fabs(x[j]);
@@ -272,7 +234,7 @@ using Codes = std::array<uint8_t, kQK>;
 template <int kLevels>
 float symmetric_codes(const float* x, Codes& codes) {
   constexpr float kBias = kLevels / 2 + 0.5f;
-  const float d = signed_absmax(x) / static_cast<float>(-kLevels / 2);
+  const float d = signed_absmax<kQK>(x) / static_cast<float>(-kLevels / 2);
   const float id = d != 0.0f ? 1.0f / d : 0.0f;
   for (int j = 0; j < kQK; ++j)
     codes[j] = static_cast<uint8_t>(std::min<int>(kLevels - 1, trunc_low_byte(x[j] * id + kBias)));

@@ -12,6 +12,7 @@
 #include <tuple>
 #include <utility>
 
+#include "codecs/codec_absmax.h"
 #include "codecs/codec_blocks.h"
 #include "codecs/codec_iquant_tables.h"
 #include "codecs/codec_registry.h"
@@ -273,14 +274,6 @@ struct Fp4Levels {
   }
 };
 
-// Largest magnitude, skipping NaNs (ggml's "if (amax < |v|)" never takes one).
-float abs_max(const float* x, int n) {
-  float amax = 0.0f;
-  for (int j = 0; j < n; ++j)
-    if (amax < std::fabs(x[j])) amax = std::fabs(x[j]);
-  return amax;
-}
-
 // The E8M0 exponent ggml picks: floor(log2(amax)) - 2 + 127 with glibc's log2f (which rounds
 // up for amax just below a power of two), converted like a C cast to uint8_t (the low byte of
 // x86's int32 conversion, so tiny amax wrap around and inf gives 0).
@@ -314,7 +307,7 @@ GGUF_CODEC_AVX512 __m512i nearest16(const Fp4Levels& levels, const float* x) {
 GGUF_CODEC_AVX512 void encode_mxfp4_avx512(const float* x, uint8_t* dst, int64_t blocks) {
   for (int64_t i = 0; i < blocks; ++i, x += kQKMxfp4) {
     BlockMxfp4 b{};
-    b.e = mxfp4_exponent(abs_max(x, kQKMxfp4));
+    b.e = mxfp4_exponent(abs_max<kQKMxfp4>(x));
     const Fp4Levels levels(e8m0_half(b.e));
     const __m512i q =
         _mm512_or_si512(nearest16(levels, x), _mm512_slli_epi32(nearest16(levels, x + 16), 4));
@@ -331,7 +324,7 @@ void encode_mxfp4(const float* x, uint8_t* dst, int64_t nrows, int64_t n_per_row
 #endif
   for (int64_t i = 0; i < nrows * n_per_row / kQKMxfp4; ++i, x += kQKMxfp4) {
     BlockMxfp4 b{};
-    b.e = mxfp4_exponent(abs_max(x, kQKMxfp4));
+    b.e = mxfp4_exponent(abs_max<kQKMxfp4>(x));
     const Fp4Levels levels(e8m0_half(b.e));
     for (int j = 0; j < 16; ++j)
       b.qs[j] = static_cast<uint8_t>(levels.nearest(x[j]) | (levels.nearest(x[j + 16]) << 4));
@@ -363,7 +356,7 @@ void encode_nvfp4(const float* x, uint8_t* dst, int64_t nrows, int64_t n_per_row
   for (int64_t i = 0; i < nrows * n_per_row / kQKNvfp4; ++i) {
     BlockNvfp4 b{};
     for (int s = 0; s < 4; ++s, x += 16) {
-      b.d[s] = to_ue4m3(abs_max(x, 16) / 6.0f);
+      b.d[s] = to_ue4m3(abs_max<16>(x) / 6.0f);
       const Fp4Levels levels(ue4m3_half(b.d[s]));
       for (int j = 0; j < 8; ++j)
         b.qs[8 * s + j] =
