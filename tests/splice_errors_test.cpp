@@ -304,11 +304,16 @@ TEST(splice_errors, quantization_version_must_agree) {
   const std::string b = write_small(dir, "b.gguf", GgmlType::Q8_0, 2);
   const std::string d = write_small(dir, "d.gguf", GgmlType::Q4_0, 1);
   const Model base = Model::open(b), donor = Model::open(d);
+  // The message points at the donor's value: after the key's length, name and value type.
+  uint64_t at = 0;
+  for (const KeyValue& kv : donor.metadata().entries())
+    if (kv.key == "general.quantization_version") at = kv.offset + 8 + kv.key.size() + 4;
+  ASSERT_GT(at, 0u);
   EXPECT_EQ(message_of([&] { splice_one(base, donor, selector({})); }),
-            fmt::format("{}: key 'general.quantization_version': quantization version 1 differs "
-                        "from 2 in '{}'; quantized payloads of different versions are not "
-                        "interchangeable",
-                        d, b));
+            fmt::format("{}: key 'general.quantization_version': at byte {}: quantization version "
+                        "1 differs from 2 in '{}'; quantized payloads of different versions are "
+                        "not interchangeable",
+                        d, at, b));
   // A float base gains the key from the donor whose quantized payloads it takes.
   const std::string fb = write_small(dir, "fb.gguf", GgmlType::F32, std::nullopt);
   const Model float_base = Model::open(fb);
@@ -322,10 +327,10 @@ TEST(splice_errors, quantization_version_must_agree) {
   const std::vector<Donor> two = {{&donor, selector({}, {"routed-gate", "routed-up"})},
                                   {&donor2, selector({}, {"routed-down"})}};
   EXPECT_EQ(message_of([&] { splice(float_base, two, {}); }),
-            fmt::format("{}: key 'general.quantization_version': quantization version 2 differs "
-                        "from 1 in '{}' (the base has none); quantized payloads of different "
-                        "versions are not interchangeable",
-                        d2, d));
+            fmt::format("{}: key 'general.quantization_version': at byte {}: quantization version "
+                        "2 differs from 1 in '{}' (the base has none); quantized payloads of "
+                        "different versions are not interchangeable",
+                        d2, at, d));
   // A donor of quantized payloads without the key is taken at the output's version, and the
   // report says so.
   const std::string nd = write_small(dir, "nd.gguf", GgmlType::Q4_0, std::nullopt);
@@ -336,6 +341,24 @@ TEST(splice_errors, quantization_version_must_agree) {
                             "donor '{}' has no general.quantization_version; its quantized "
                             "payloads are taken to be of the output's version, 2",
                             nd)});
+  // A key of another type is not absent: the warning names its type.
+  Plan sp = Plan{};
+  {
+    const Model m = Model::open(nd);
+    sp.metadata = m.metadata();
+    sp.metadata.set("general.quantization_version", Value::string("two"));
+    for (const TensorRef& t : m.tensors())
+      sp.tensors.push_back({t.name(), t.info->type_id, t.info->shape, *t.info->bytes,
+                            MemoryBytes{std::make_shared<const std::vector<uint8_t>>(
+                                t.data().begin(), t.data().end())}});
+  }
+  write_plan(sp, dir.file("sd.gguf"), {});
+  const Model str_version = Model::open(dir.file("sd.gguf"));
+  EXPECT_EQ(splice_one(base, str_version, selector({})).warnings,
+            std::vector<std::string>{fmt::format(
+                "donor '{}' has general.quantization_version of type string, not a whole number; "
+                "its quantized payloads are taken to be of the output's version, 2",
+                dir.file("sd.gguf"))});
 }
 
 TEST(splice_errors, no_donor_and_no_edit_is_a_usage_error) {

@@ -212,6 +212,13 @@ void check_gate_up(const SpliceResult& r, const std::string& arch, const SpliceO
 
 // general.quantization_version describes how quantized payloads are laid out, so a donor's
 // quantized bytes only mean the same thing under the same version.
+// Where a key's value lies in the file it was read from, for errors about the value.
+std::optional<uint64_t> value_at(const Metadata& m, std::string_view key) {
+  for (const KeyValue& kv : m.entries())
+    if (kv.key == key) return kv.value_offset();
+  return std::nullopt;
+}
+
 void settle_quant_version(SpliceResult& r, const Model& base, std::span<const Donor> donors) {
   Metadata& m = r.plan.metadata;
   std::optional<uint64_t> have = m.get_uint(kQuantVersion);
@@ -238,7 +245,8 @@ void settle_quant_version(SpliceResult& r, const Model& base, std::span<const Do
       have = v;
       have_from = donors[d].model->path();
     } else if (*v != *have) {
-      throw Error(donors[d].model->path(), key_object(kQuantVersion), std::nullopt,
+      throw Error(donors[d].model->path(), key_object(kQuantVersion),
+                  value_at(donors[d].model->metadata(), kQuantVersion),
                   fmt::format("quantization version {} differs from {} in '{}'{}; quantized "
                               "payloads of different versions are not interchangeable",
                               *v, *have, escape_for_terminal(have_from),
@@ -248,10 +256,17 @@ void settle_quant_version(SpliceResult& r, const Model& base, std::span<const Do
   // llama.cpp expects the key in any file holding quantized tensors.
   if (any_quantized && !have) m.set(kQuantVersion, Value::u32(2));
   // Not provably the same layout, not provably different: say so rather than refuse.
-  for (size_t d : unversioned)
+  for (size_t d : unversioned) {
+    // A key of another type is there but says nothing: name its type, not its absence.
+    const Value* v = donors[d].model->metadata().find(kQuantVersion);
     r.warnings.push_back(fmt::format(
-        "donor '{}' has no {}; its quantized payloads are taken to be of the output's version, {}",
-        escape_for_terminal(donors[d].model->path()), kQuantVersion, have.value_or(2)));
+        "donor '{}' has {}; its quantized payloads are taken to be of the output's version, {}",
+        escape_for_terminal(donors[d].model->path()),
+        v ? fmt::format("{} of type {}, not a whole number", kQuantVersion,
+                        value_type_name(v->type()))
+          : fmt::format("no {}", kQuantVersion),
+        have.value_or(2)));
+  }
 }
 
 // Keeps general.file_type truthful. A base value whose main type is still the dominant one
