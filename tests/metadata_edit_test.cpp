@@ -144,6 +144,17 @@ TEST(metadata_edit, floats_bools_and_strings) {
             "1.7976931348623157e+308)");
   EXPECT_EQ(error_of([] { parse_scalar("k", ValueType::kF32, "1,5"); }),
             "usage: key 'k': value '1,5' is not an f32");
+  // Hexadecimal floats, as strtod reads them.
+  EXPECT_EQ(parse_scalar("k", ValueType::kF64, "0x1p3"), Value::f64(8.0));
+  EXPECT_EQ(parse_scalar("k", ValueType::kF32, "-0X1.8P1"), Value::f32(-3.0f));
+  EXPECT_EQ(parse_scalar("k", ValueType::kF64, "+0x.8"), Value::f64(0.5));
+  EXPECT_EQ(error_of([] { parse_scalar("k", ValueType::kF64, "0x-1p3"); }),
+            "usage: key 'k': value '0x-1p3' is not an f64");
+  EXPECT_EQ(error_of([] { parse_scalar("k", ValueType::kF64, "0x"); }),
+            "usage: key 'k': value '0x' is not an f64");
+  EXPECT_EQ(error_of([] { parse_scalar("k", ValueType::kF32, "0x1p200"); }),
+            "usage: key 'k': value '0x1p200' is out of range for f32 (magnitude at most "
+            "3.4028235e+38)");
   EXPECT_EQ(parse_scalar("k", ValueType::kBool, "true"), Value::boolean(true));
   EXPECT_EQ(parse_scalar("k", ValueType::kBool, "0"), Value::boolean(false));
   EXPECT_EQ(error_of([] { parse_scalar("k", ValueType::kBool, "yes"); }),

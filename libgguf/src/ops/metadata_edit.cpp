@@ -107,10 +107,24 @@ template <class F>
 Value floating(std::string_view key, ValueType t, std::string_view text) {
   std::string_view s = text;
   if (s.starts_with('+')) s.remove_prefix(1);
+  // Hexadecimal floats as strtod reads them ("0x1.8p3", "-0X1P-2"): from_chars takes them
+  // without the prefix, its sign moved in front.
+  const bool negative = s.starts_with('-');
+  const std::string_view magnitude = negative ? s.substr(1) : s;
+  const bool hex = magnitude.size() > 2 && magnitude[0] == '0' &&
+                   (magnitude[1] == 'x' || magnitude[1] == 'X') && magnitude[2] != '-' &&
+                   magnitude[2] != '+';
+  std::string unprefixed;
+  if (hex) {
+    if (negative) unprefixed = "-";
+    unprefixed.append(magnitude.substr(2));
+  }
+  const std::string_view body = hex ? std::string_view(unprefixed) : s;
   F v = 0;
-  const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
-  if ((ec != std::errc() && ec != std::errc::result_out_of_range) || s.empty() ||
-      end != s.data() + s.size())
+  const auto [end, ec] = std::from_chars(body.data(), body.data() + body.size(), v,
+                                         hex ? std::chars_format::hex : std::chars_format::general);
+  if ((ec != std::errc() && ec != std::errc::result_out_of_range) || body.empty() ||
+      end != body.data() + body.size())
     refuse(key, fmt::format("value '{}' is not {}", escape_for_terminal(text), with_article(t)));
   if (ec == std::errc::result_out_of_range) {
     // Overflow loses the value; underflow only rounds it towards zero (a subnormal or 0).

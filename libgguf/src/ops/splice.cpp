@@ -210,8 +210,6 @@ void check_gate_up(const SpliceResult& r, const std::string& arch, const SpliceO
   }
 }
 
-// general.quantization_version describes how quantized payloads are laid out, so a donor's
-// quantized bytes only mean the same thing under the same version.
 // Where a key's value lies in the file it was read from, for errors about the value.
 std::optional<uint64_t> value_at(const Metadata& m, std::string_view key) {
   for (const KeyValue& kv : m.entries())
@@ -219,6 +217,8 @@ std::optional<uint64_t> value_at(const Metadata& m, std::string_view key) {
   return std::nullopt;
 }
 
+// general.quantization_version describes how quantized payloads are laid out, so a donor's
+// quantized bytes only mean the same thing under the same version.
 void settle_quant_version(SpliceResult& r, const Model& base, std::span<const Donor> donors) {
   Metadata& m = r.plan.metadata;
   std::optional<uint64_t> have = m.get_uint(kQuantVersion);
