@@ -248,6 +248,22 @@ TEST(model, file_named_like_a_shard_without_split_keys) {
   EXPECT_EQ(m.tensors().size(), 1u);
 }
 
+// The keys decide over the name, as in llama.cpp: a file named as shard 1 of 3 whose
+// split.count is 1 is the whole model, even with no other shard beside it.
+TEST(model, file_named_like_a_shard_whose_keys_say_it_is_whole) {
+  SplitSet s;
+  const std::string p = split_path(s.dir.file("whole"), 1, 3);
+  shard(0, 1, 2, {"a", "b"}).write_file(p);
+  const Model m = Model::open(p);
+  EXPECT_EQ(m.paths(), std::vector<std::string>{p});
+  EXPECT_EQ(m.tensors().size(), 2u);
+  // A count that disagrees with the name is still refused.
+  const std::string q = split_path(s.dir.file("two"), 1, 3);
+  shard(0, 2, 2, {"a"}).write_file(q);
+  EXPECT_EQ(s.error_of(q),
+            split_path(s.dir.file("two"), 2, 3) + ": shard 2 of 3 of the split set is missing");
+}
+
 TEST(model, plain_file_without_split_keys) {
   GgufBuilder b;
   b.string("general.architecture", "qwen3").tensor("t", 1, {8});

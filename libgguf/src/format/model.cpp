@@ -77,8 +77,11 @@ Model Model::open(const std::string& path) {
   if (!split || split->count == 1) return from_files({GgufFile::open(path)});
   // A file merely named like a shard, without split keys, is a whole model (ggml loads it).
   auto named = GgufFile::open(path);
-  if (!named->metadata().find("split.count") && !named->metadata().find("split.no"))
-    return from_files({std::move(named)});
+  const Value* declared = named->metadata().find("split.count");
+  if (!declared && !named->metadata().find("split.no")) return from_files({std::move(named)});
+  // So is one whose split.count says the set is this one file, whatever its name says
+  // (llama.cpp goes by the key); from_files checks the keys' types.
+  if (declared && declared->as_uint() == uint64_t{1}) return from_files({std::move(named)});
   std::vector<std::shared_ptr<const GgufFile>> shards;
   reserve_open_files(static_cast<uint64_t>(split->count));  // a descriptor each
   for (int i = 1; i <= split->count; ++i) {
