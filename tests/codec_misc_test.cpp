@@ -353,16 +353,18 @@ TEST(codec_misc, mxfp4_encoders_match_ggml_on_both_paths) {
   }
 }
 
-// Q2_0's decoder has an AVX-512 twin: the portable one decodes ggml's bytes and random bytes as
-// ggml does too (the default one is checked above).
-TEST(codec_misc, q2_0_portable_decoder_matches_ggml) {
+// Q2_0's and MXFP4's decoders have AVX-512 twins: the portable ones decode ggml's bytes and
+// random bytes as ggml does too (the default ones are checked above).
+TEST(codec_misc, portable_decoders_match_ggml) {
   GGUF_REQUIRE_GGML();
   testing::PortableCodecs portable;
-  uint64_t seed = 1900;
-  for (const auto d : testing::all_dists())
-    testing::check_decode_of_ggml_quant(GgmlType::Q2_0, testing::make_rows(d, 4, 1024, ++seed), 4,
-                                        1024, nullptr, testing::dist_name(d));
-  for (uint64_t r = 1; r <= 8; ++r) testing::check_decode_of_random_bytes(GgmlType::Q2_0, 256, r);
+  for (const GgmlType t : {GgmlType::Q2_0, GgmlType::MXFP4}) {
+    uint64_t seed = 1900;
+    for (const auto d : testing::all_dists())
+      testing::check_decode_of_ggml_quant(t, testing::make_rows(d, 4, 1024, ++seed), 4, 1024,
+                                          nullptr, testing::dist_name(d));
+    for (uint64_t r = 1; r <= 8; ++r) testing::check_decode_of_random_bytes(t, 256, r);
+  }
 }
 
 TEST(codec_misc, mxfp4_avx512_encoder_equals_portable) {
