@@ -201,7 +201,7 @@ const char* regex_number_problem(std::string_view p) {
       if (end - (i + 1) > 6) return "back-references are not supported";
       i = std::max(i + 1, end - 1);  // past the escaped character or the digits
     } else if (p[i] == '{') {
-      size_t end = digits_end(p, i + 1);
+      const size_t end = digits_end(p, i + 1);
       if (number_too_large(p.substr(i + 1, end - (i + 1))))
         return "pattern is too large (a repetition count above 100000)";
       if (end < p.size() && p[end] == ',') {
